@@ -1,0 +1,7 @@
+package apiserver
+
+import "context"
+
+func contextWithInfo(ctx context.Context, info *requestInfo) context.Context {
+	return context.WithValue(ctx, infoKey{}, info)
+}

@@ -1,0 +1,107 @@
+package apiserver
+
+import (
+	"net/http"
+	"runtime"
+	"sort"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/version"
+)
+
+// Version is what /version reports: the Kubernetes API level of the types
+// this server serves (k8s.io/api v0.37).
+var Version = version.Info{
+	Major: "1", Minor: "37", GitVersion: "v1.37.2+nodenet", Platform: runtime.GOOS + "/" + runtime.GOARCH,
+	GoVersion: runtime.Version(), Compiler: runtime.Compiler,
+}
+
+var (
+	verbsAll       = metav1.Verbs{"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}
+	verbsSubStatus = metav1.Verbs{"get", "patch", "update"}
+)
+
+func (s *Server) resourceList(gv schema.GroupVersion) *metav1.APIResourceList {
+	list := &metav1.APIResourceList{TypeMeta: metav1.TypeMeta{Kind: "APIResourceList", APIVersion: "v1"}, GroupVersion: gv.String()}
+	for _, r := range s.resources {
+		if r.gv != gv {
+			continue
+		}
+		list.APIResources = append(list.APIResources, metav1.APIResource{
+			Name: r.plural, SingularName: r.singular, Namespaced: r.namespaced, Kind: r.kind,
+			Verbs: verbsAll, ShortNames: r.shortNames, Categories: r.categories,
+		})
+		if r.hasStatus {
+			list.APIResources = append(list.APIResources, metav1.APIResource{Name: r.plural + "/status", Namespaced: r.namespaced, Kind: r.kind, Verbs: verbsSubStatus})
+		}
+		if r.kind == "Pod" && gv == coreV1 {
+			list.APIResources = append(list.APIResources, metav1.APIResource{Name: "pods/binding", Namespaced: true, Kind: "Binding", Verbs: metav1.Verbs{"create"}})
+		}
+	}
+	return list
+}
+
+func (s *Server) groups() []metav1.APIGroup {
+	seen := map[string]*metav1.APIGroup{}
+	var names []string
+	for _, r := range s.resources {
+		if r.gv.Group == "" {
+			continue
+		}
+		g := seen[r.gv.Group]
+		if g == nil {
+			g = &metav1.APIGroup{Name: r.gv.Group}
+			seen[r.gv.Group] = g
+			names = append(names, r.gv.Group)
+		}
+		gvd := metav1.GroupVersionForDiscovery{GroupVersion: r.gv.String(), Version: r.gv.Version}
+		if len(g.Versions) == 0 {
+			g.Versions = append(g.Versions, gvd)
+			g.PreferredVersion = gvd
+		}
+	}
+	sort.Strings(names)
+	out := make([]metav1.APIGroup, 0, len(names))
+	for _, n := range names {
+		out = append(out, *seen[n])
+	}
+	return out
+}
+
+// serveDiscovery answers /api, /apis, /api/v1, /apis/<g>, /apis/<g>/<v>.
+// Legacy (unaggregated) documents are enough: clients that ask for
+// aggregated discovery fall back when the Content-Type says legacy.
+func (s *Server) serveDiscovery(w http.ResponseWriter, r *http.Request) bool {
+	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	switch {
+	case len(parts) == 1 && parts[0] == "api":
+		s.respond(w, r, http.StatusOK, &metav1.APIVersions{TypeMeta: metav1.TypeMeta{Kind: "APIVersions"}, Versions: []string{"v1"},
+			ServerAddressByClientCIDRs: []metav1.ServerAddressByClientCIDR{{ClientCIDR: "0.0.0.0/0", ServerAddress: s.advertise}}})
+	case len(parts) == 2 && parts[0] == "api" && parts[1] == "v1":
+		s.respond(w, r, http.StatusOK, s.resourceList(coreV1))
+	case len(parts) == 1 && parts[0] == "apis":
+		s.respond(w, r, http.StatusOK, &metav1.APIGroupList{TypeMeta: metav1.TypeMeta{Kind: "APIGroupList", APIVersion: "v1"}, Groups: s.groups()})
+	case len(parts) == 2 && parts[0] == "apis":
+		for _, g := range s.groups() {
+			if g.Name == parts[1] {
+				g.TypeMeta = metav1.TypeMeta{Kind: "APIGroup", APIVersion: "v1"}
+				s.respond(w, r, http.StatusOK, &g)
+				return true
+			}
+		}
+		s.fail(w, r, apierrors.NewNotFound(schema.GroupResource{}, r.URL.Path))
+	case len(parts) == 3 && parts[0] == "apis":
+		gv := schema.GroupVersion{Group: parts[1], Version: parts[2]}
+		if s.byGV[gv] == nil {
+			s.fail(w, r, apierrors.NewNotFound(schema.GroupResource{}, r.URL.Path))
+			return true
+		}
+		s.respond(w, r, http.StatusOK, s.resourceList(gv))
+	default:
+		return false
+	}
+	return true
+}

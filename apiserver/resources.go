@@ -1,0 +1,282 @@
+package apiserver
+
+import (
+	"reflect"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/nodenet/nodenet/apiserver/defaulting"
+	"github.com/nodenet/nodenet/apiserver/storage"
+	"github.com/nodenet/nodenet/apiserver/validation"
+)
+
+// resource describes one served resource: its names, how objects of it are
+// defaulted and validated, and where they live.
+type resource struct {
+	gv         schema.GroupVersion
+	plural     string
+	singular   string
+	kind       string
+	shortNames []string
+	categories []string
+	namespaced bool
+	hasStatus  bool
+	newObj     func() runtime.Object
+	newList    func() runtime.Object
+
+	// defaults fills in what kube-apiserver would default (create and update).
+	defaults func(runtime.Object)
+	// prepareCreate clears what a client may not set on create (often status).
+	prepareCreate func(runtime.Object)
+	validate      func(obj runtime.Object) field.ErrorList
+	validateUpd   func(obj, old runtime.Object) field.ErrorList
+	validateStat  func(obj, old runtime.Object) field.ErrorList
+	// fieldSet lists the fields a fieldSelector may use, beyond metadata.
+	fieldSet func(obj runtime.Object) fields.Set
+	// claims, when set, allocates values kept in the same transaction.
+	claims claimer
+	// gracePeriod, when set, returns the grace period a delete should wait.
+	gracePeriod func(obj runtime.Object, requested *int64) int64
+	// createOnUpdate lets PUT create a missing object (as for events).
+	createOnUpdate bool
+
+	store *storage.Store
+	cache *storage.Cache
+}
+
+func (r *resource) gvk() schema.GroupVersionKind { return r.gv.WithKind(r.kind) }
+
+func (r *resource) listGVK() schema.GroupVersionKind { return r.gv.WithKind(r.kind + "List") }
+
+// groupPath is the URL prefix of the resource's group version.
+func (r *resource) groupPath() string {
+	if r.gv.Group == "" {
+		return "/api/" + r.gv.Version
+	}
+	return "/apis/" + r.gv.Group + "/" + r.gv.Version
+}
+
+// typed adapts a typed function to runtime.Object.
+func typed[T runtime.Object](f func(T) field.ErrorList) func(runtime.Object) field.ErrorList {
+	return func(o runtime.Object) field.ErrorList { return f(o.(T)) }
+}
+
+func typed2[T runtime.Object](f func(T, T) field.ErrorList) func(runtime.Object, runtime.Object) field.ErrorList {
+	return func(o, old runtime.Object) field.ErrorList { return f(o.(T), old.(T)) }
+}
+
+func typedDefault[T runtime.Object](f func(T)) func(runtime.Object) {
+	return func(o runtime.Object) { f(o.(T)) }
+}
+
+// resetStatus zeroes the Status field: clients set status only through the
+// status subresource.
+func resetStatus(obj runtime.Object) {
+	v := reflect.ValueOf(obj).Elem().FieldByName("Status")
+	if v.IsValid() {
+		v.Set(reflect.Zero(v.Type()))
+	}
+}
+
+// copyStatus sets dst.Status = src.Status.
+func copyStatus(dst, src runtime.Object) {
+	d := reflect.ValueOf(dst).Elem().FieldByName("Status")
+	if d.IsValid() {
+		d.Set(reflect.ValueOf(src).Elem().FieldByName("Status"))
+	}
+}
+
+// specChanged reports whether anything but metadata and status differs; that
+// is what bumps metadata.generation.
+func specChanged(obj, old runtime.Object) bool {
+	a, b := reflect.ValueOf(obj).Elem(), reflect.ValueOf(old).Elem()
+	t := a.Type()
+	for i := 0; i < t.NumField(); i++ {
+		switch t.Field(i).Name {
+		case "TypeMeta", "ObjectMeta", "Status":
+			continue
+		}
+		if !apiequality.Semantic.DeepEqual(a.Field(i).Interface(), b.Field(i).Interface()) {
+			return true
+		}
+	}
+	return false
+}
+
+var (
+	coreV1        = schema.GroupVersion{Version: "v1"}
+	discoveryV1   = discoveryv1.SchemeGroupVersion
+	coordinatinV1 = coordinationv1.SchemeGroupVersion
+	eventsV1      = eventsv1.SchemeGroupVersion
+)
+
+// newResources returns the served resources, in discovery order.
+func newResources(svc claimer) []*resource {
+	return []*resource{
+		{
+			gv: coreV1, plural: "namespaces", singular: "namespace", kind: "Namespace", shortNames: []string{"ns"},
+			hasStatus: true,
+			newObj:    func() runtime.Object { return &corev1.Namespace{} },
+			newList:   func() runtime.Object { return &corev1.NamespaceList{} },
+			defaults:  typedDefault(defaulting.Namespace),
+			validate:  typed(validation.Namespace), validateUpd: typed2(validation.NamespaceUpdate),
+			validateStat: typed2(validation.NamespaceUpdate),
+			fieldSet: func(o runtime.Object) fields.Set {
+				return fields.Set{"status.phase": string(o.(*corev1.Namespace).Status.Phase)}
+			},
+		},
+		{
+			gv: coreV1, plural: "nodes", singular: "node", kind: "Node", shortNames: []string{"no"},
+			hasStatus: true,
+			newObj:    func() runtime.Object { return &corev1.Node{} },
+			newList:   func() runtime.Object { return &corev1.NodeList{} },
+			defaults:  typedDefault(defaulting.Node),
+			validate:  typed(validation.Node), validateUpd: typed2(validation.NodeUpdate),
+			validateStat: typed2(validation.NodeUpdate),
+			fieldSet: func(o runtime.Object) fields.Set {
+				return fields.Set{"spec.unschedulable": boolString(o.(*corev1.Node).Spec.Unschedulable)}
+			},
+		},
+		{
+			gv: coreV1, plural: "pods", singular: "pod", kind: "Pod", shortNames: []string{"po"}, categories: []string{"all"},
+			namespaced: true, hasStatus: true,
+			newObj:   func() runtime.Object { return &corev1.Pod{} },
+			newList:  func() runtime.Object { return &corev1.PodList{} },
+			defaults: typedDefault(defaulting.Pod),
+			prepareCreate: func(o runtime.Object) {
+				p := o.(*corev1.Pod)
+				p.Status = corev1.PodStatus{Phase: corev1.PodPending}
+			},
+			validate: typed(validation.Pod), validateUpd: typed2(validation.PodUpdate),
+			validateStat: typed2(validation.PodStatusUpdate),
+			fieldSet:     podFields,
+			gracePeriod:  podGracePeriod,
+		},
+		{
+			gv: coreV1, plural: "services", singular: "service", kind: "Service", shortNames: []string{"svc"}, categories: []string{"all"},
+			namespaced: true, hasStatus: true,
+			newObj:        func() runtime.Object { return &corev1.Service{} },
+			newList:       func() runtime.Object { return &corev1.ServiceList{} },
+			defaults:      typedDefault(defaulting.Service),
+			prepareCreate: resetStatus,
+			validate:      typed(validation.Service), validateUpd: typed2(validation.ServiceUpdate),
+			validateStat: typed2(validation.ServiceStatusUpdate),
+			fieldSet: func(o runtime.Object) fields.Set {
+				s := o.(*corev1.Service)
+				return fields.Set{"spec.clusterIP": s.Spec.ClusterIP, "spec.type": string(s.Spec.Type)}
+			},
+			claims: svc,
+		},
+		{
+			gv: coreV1, plural: "configmaps", singular: "configmap", kind: "ConfigMap", shortNames: []string{"cm"},
+			namespaced: true,
+			newObj:     func() runtime.Object { return &corev1.ConfigMap{} },
+			newList:    func() runtime.Object { return &corev1.ConfigMapList{} },
+			validate:   typed(validation.ConfigMap),
+			validateUpd: func(o, _ runtime.Object) field.ErrorList {
+				return validation.ConfigMap(o.(*corev1.ConfigMap))
+			},
+		},
+		{
+			gv: coreV1, plural: "events", singular: "event", kind: "Event", shortNames: []string{"ev"},
+			namespaced: true, createOnUpdate: true,
+			newObj:   func() runtime.Object { return &corev1.Event{} },
+			newList:  func() runtime.Object { return &corev1.EventList{} },
+			validate: typed(validation.CoreEvent),
+			validateUpd: func(o, _ runtime.Object) field.ErrorList {
+				return validation.CoreEvent(o.(*corev1.Event))
+			},
+			fieldSet: coreEventFields,
+		},
+		{
+			gv: discoveryV1, plural: "endpointslices", singular: "endpointslice", kind: "EndpointSlice",
+			namespaced: true,
+			newObj:     func() runtime.Object { return &discoveryv1.EndpointSlice{} },
+			newList:    func() runtime.Object { return &discoveryv1.EndpointSliceList{} },
+			defaults:   typedDefault(defaulting.EndpointSlice),
+			validate:   typed(validation.EndpointSlice), validateUpd: typed2(validation.EndpointSliceUpdate),
+		},
+		{
+			gv: coordinatinV1, plural: "leases", singular: "lease", kind: "Lease",
+			namespaced: true,
+			newObj:     func() runtime.Object { return &coordinationv1.Lease{} },
+			newList:    func() runtime.Object { return &coordinationv1.LeaseList{} },
+			validate:   typed(validation.Lease),
+			validateUpd: func(o, _ runtime.Object) field.ErrorList {
+				return validation.Lease(o.(*coordinationv1.Lease))
+			},
+		},
+		{
+			gv: eventsV1, plural: "events", singular: "event", kind: "Event", shortNames: []string{"ev"},
+			namespaced: true, createOnUpdate: true,
+			newObj:   func() runtime.Object { return &eventsv1.Event{} },
+			newList:  func() runtime.Object { return &eventsv1.EventList{} },
+			validate: typed(validation.EventsV1Event),
+			validateUpd: func(o, _ runtime.Object) field.ErrorList {
+				return validation.EventsV1Event(o.(*eventsv1.Event))
+			},
+		},
+	}
+}
+
+func boolString(b bool) string {
+	if b {
+		return "true"
+	}
+	return "false"
+}
+
+func podFields(o runtime.Object) fields.Set {
+	p := o.(*corev1.Pod)
+	return fields.Set{
+		"spec.nodeName":            p.Spec.NodeName,
+		"spec.restartPolicy":       string(p.Spec.RestartPolicy),
+		"spec.schedulerName":       p.Spec.SchedulerName,
+		"spec.serviceAccountName":  p.Spec.ServiceAccountName,
+		"spec.hostNetwork":         boolString(p.Spec.HostNetwork),
+		"status.phase":             string(p.Status.Phase),
+		"status.podIP":             p.Status.PodIP,
+		"status.nominatedNodeName": p.Status.NominatedNodeName,
+	}
+}
+
+func coreEventFields(o runtime.Object) fields.Set {
+	e := o.(*corev1.Event)
+	return fields.Set{
+		"involvedObject.kind":            e.InvolvedObject.Kind,
+		"involvedObject.namespace":       e.InvolvedObject.Namespace,
+		"involvedObject.name":            e.InvolvedObject.Name,
+		"involvedObject.uid":             string(e.InvolvedObject.UID),
+		"involvedObject.apiVersion":      e.InvolvedObject.APIVersion,
+		"involvedObject.resourceVersion": e.InvolvedObject.ResourceVersion,
+		"involvedObject.fieldPath":       e.InvolvedObject.FieldPath,
+		"reason":                         e.Reason,
+		"reportingComponent":             e.ReportingController,
+		"source":                         e.Source.Component,
+		"type":                           e.Type,
+	}
+}
+
+// podGracePeriod mirrors kube-apiserver: a pod that never reached a node or
+// already finished goes at once; others wait for their kubelet.
+func podGracePeriod(o runtime.Object, requested *int64) int64 {
+	p := o.(*corev1.Pod)
+	if p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return 0
+	}
+	if requested != nil {
+		return max(*requested, 0)
+	}
+	if p.Spec.TerminationGracePeriodSeconds != nil {
+		return *p.Spec.TerminationGracePeriodSeconds
+	}
+	return 30
+}

@@ -1,0 +1,58 @@
+// Command nodenet is the multi-call binary of the nodenet suite: one
+// subcommand per component (apiserver, and the daemons as they land).
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+)
+
+// subcommand parses its own flags and runs until ctx ends.
+type subcommand struct {
+	summary string
+	run     func(ctx context.Context, args []string) error
+}
+
+func subcommands() map[string]subcommand {
+	return map[string]subcommand{
+		"apiserver": {"Kubernetes-compatible API server on etcd (embedded by default)", runAPIServer},
+		"version":   {"print the version", runVersion},
+	}
+}
+
+func usage() {
+	fmt.Fprintf(os.Stderr, "usage: nodenet <command> [flags]\n\ncommands:\n")
+	cmds := subcommands()
+	names := make([]string, 0, len(cmds))
+	for n := range cmds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(os.Stderr, "  %-14s %s\n", n, cmds[n].summary)
+	}
+	fmt.Fprintf(os.Stderr, "\nRun 'nodenet <command> --help' for its flags.\n")
+}
+
+func main() {
+	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
+		usage()
+		os.Exit(2)
+	}
+	cmd, ok := subcommands()[os.Args[1]]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "nodenet: unknown command %q\n\n", os.Args[1])
+		usage()
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := cmd.run(ctx, os.Args[2:]); err != nil {
+		fmt.Fprintf(os.Stderr, "nodenet %s: %v\n", os.Args[1], err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,24 @@
+// Package nettest gives kernel-touching tests throwaway network namespaces
+// and honest privilege gates.
+//
+// Tests for the CNI plugin, flannel backends and the kube-proxy peer have to
+// create links, addresses, routes and nftables rules, and they must never do
+// that in the host's root namespace. New creates a namespace that is named
+// like `ip netns add` would name it (so it can be inspected with ordinary
+// tools while a test is paused) and is torn down by t.Cleanup even when the
+// test fails. Link wires two namespaces together with a veth pair so
+// multi-node data paths can be exercised with real traffic.
+//
+// The gates (RequirePrivileged, RequireTool, RequireSysfs) skip on a
+// developer laptop but fail when NODENET_PRIVILEGED=1 is set, which CI does
+// for the privileged tier: a tier that can pass by skipping everything tests
+// nothing.
+//
+// Switching namespaces is per OS thread, so every switch here happens on a
+// dedicated goroutine locked to its thread. If the thread cannot be moved
+// back, it is left locked so the Go runtime retires it instead of handing a
+// thread in a foreign namespace to unrelated goroutines.
+//
+// Use CheckNoLeaks from TestMain to catch namespaces that outlive a test
+// binary.
+package nettest
