@@ -215,7 +215,7 @@ func newResources(svc claimer) []*resource {
 			},
 		},
 		{
-			gv: eventsV1, plural: "events", singular: "event", kind: "Event", shortNames: []string{"ev"},
+			gv: eventsV1, plural: "events", singular: "event", kind: "Event",
 			namespaced: true, createOnUpdate: true,
 			newObj:   func() runtime.Object { return &eventsv1.Event{} },
 			newList:  func() runtime.Object { return &eventsv1.EventList{} },

@@ -115,6 +115,7 @@ type Server struct {
 	url     string
 	kubecfg string
 
+	openapi    openAPIDocs
 	ready      atomic.Bool
 	namespaces *nsFinalizer
 	cancel     context.CancelFunc
@@ -399,7 +400,7 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		s.metrics.handler().ServeHTTP(w, r)
 		return
 	}
-	if r.Method == http.MethodGet && s.serveDiscovery(w, r) {
+	if r.Method == http.MethodGet && (s.serveDiscovery(w, r) || s.serveOpenAPI(w, r)) {
 		return
 	}
 	s.serveResource(w, r)

@@ -23,10 +23,12 @@ const (
 	defaultTolerationSeconds int64 = 300
 )
 
-// Service sets the defaults kube-apiserver applies to a Service that is being
-// created. Use ServiceUpdate for updates: some values (ipFamilyPolicy,
-// allocated ports and IPs) must be inherited from the stored object rather
-// than defaulted from scratch.
+// Service sets the defaults kube-apiserver applies to a Service.
+//
+// On update, values the server allocated or the client chose earlier
+// (clusterIPs, node ports, ipFamilyPolicy) must be carried over from the
+// stored object before this runs - as kube-apiserver's service registry
+// does - or a request that omits them gets fresh defaults instead.
 func Service(s *corev1.Service) {
 	spec := &s.Spec
 
@@ -115,143 +117,6 @@ func Service(s *corev1.Service) {
 				ing.IPMode = &mode
 			}
 		}
-	}
-}
-
-// ServiceUpdate prepares an updated Service the way kube-apiserver's service
-// registry does, then applies Service. Call it instead of Service on update
-// (not after it): it needs to see which fields the client left unset.
-//
-// Without this, requests that work against kube-apiserver fail validation:
-// `kubectl replace` of a manifest without clusterIP/nodePort (the allocated
-// values are carried over), switching type from NodePort to ClusterIP (the
-// node ports, externalTrafficPolicy, ... the server set up for the old type
-// are dropped), or a PUT that omits ipFamilyPolicy on a dual-stack service
-// (the stored policy is kept instead of defaulting to SingleStack).
-func ServiceUpdate(newSvc, oldSvc *corev1.Service) {
-	patchAllocatedValues(newSvc, oldSvc)
-	normalizeClusterIPsOnUpdate(newSvc, oldSvc)
-	dropTypeDependentFields(newSvc, oldSvc)
-	if newSvc.Spec.IPFamilyPolicy == nil && oldSvc.Spec.IPFamilyPolicy != nil &&
-		newSvc.Spec.Type != corev1.ServiceTypeExternalName {
-		policy := *oldSvc.Spec.IPFamilyPolicy
-		newSvc.Spec.IPFamilyPolicy = &policy
-	}
-	Service(newSvc)
-}
-
-// patchAllocatedValues copies values the server allocated (cluster IPs, node
-// ports, health check node port) from the stored object when the client did
-// not send them, as long as the old and new types both need them.
-func patchAllocatedValues(newSvc, oldSvc *corev1.Service) {
-	if needsClusterIP(oldSvc) && needsClusterIP(newSvc) {
-		if newSvc.Spec.ClusterIP == "" {
-			newSvc.Spec.ClusterIP = oldSvc.Spec.ClusterIP
-		}
-		if len(newSvc.Spec.ClusterIPs) == 0 && len(oldSvc.Spec.ClusterIPs) > 0 {
-			newSvc.Spec.ClusterIPs = append([]string(nil), oldSvc.Spec.ClusterIPs...)
-		}
-	}
-
-	if needsNodePort(oldSvc) && needsNodePort(newSvc) {
-		// Node ports already used by the new object cannot be handed to
-		// another port of it.
-		used := map[int32]bool{}
-		for _, p := range newSvc.Spec.Ports {
-			if p.NodePort != 0 {
-				used[p.NodePort] = true
-			}
-		}
-		// Ports are matched by name; a service with a single unnamed port
-		// therefore keeps its node port.
-		byName := map[string]int32{}
-		for _, p := range oldSvc.Spec.Ports {
-			byName[p.Name] = p.NodePort
-		}
-		for i := range newSvc.Spec.Ports {
-			p := &newSvc.Spec.Ports[i]
-			if p.NodePort != 0 {
-				continue
-			}
-			if old := byName[p.Name]; old != 0 && !used[old] {
-				p.NodePort = old
-				used[old] = true
-			}
-		}
-	}
-
-	if needsHealthCheckNodePort(oldSvc) && needsHealthCheckNodePort(newSvc) && newSvc.Spec.HealthCheckNodePort == 0 {
-		newSvc.Spec.HealthCheckNodePort = oldSvc.Spec.HealthCheckNodePort
-	}
-}
-
-// normalizeClusterIPsOnUpdate keeps clusterIP and clusterIPs in step when
-// a client only manages the singular field.
-func normalizeClusterIPsOnUpdate(newSvc, oldSvc *corev1.Service) {
-	// An old client dropped clusterIPs but kept clusterIP: keep the stored list.
-	if len(oldSvc.Spec.ClusterIPs) > 0 && len(newSvc.Spec.ClusterIPs) == 0 &&
-		oldSvc.Spec.ClusterIP == newSvc.Spec.ClusterIP {
-		newSvc.Spec.ClusterIPs = append([]string(nil), oldSvc.Spec.ClusterIPs...)
-	}
-	if oldSvc.Spec.ClusterIP != newSvc.Spec.ClusterIP && sameStrings(oldSvc.Spec.ClusterIPs, newSvc.Spec.ClusterIPs) {
-		if newSvc.Spec.ClusterIP == "" {
-			// The client cleared the singular field (e.g. moving to
-			// ExternalName); clear the plural on its behalf.
-			newSvc.Spec.ClusterIPs = nil
-		} else {
-			// The client changed only the singular field; validation will
-			// decide whether that change is allowed.
-			newSvc.Spec.ClusterIPs = []string{newSvc.Spec.ClusterIP}
-		}
-	}
-}
-
-// dropTypeDependentFields clears fields that only make sense for the old
-// service type, but only when the client left them untouched: an explicit
-// change is the client's intent and goes to validation as sent.
-func dropTypeDependentFields(newSvc, oldSvc *corev1.Service) {
-	if needsClusterIP(oldSvc) && !needsClusterIP(newSvc) {
-		if newSvc.Spec.ClusterIP == oldSvc.Spec.ClusterIP && sameStrings(newSvc.Spec.ClusterIPs, oldSvc.Spec.ClusterIPs) {
-			newSvc.Spec.ClusterIP = ""
-			newSvc.Spec.ClusterIPs = nil
-		}
-		if sameFamilies(newSvc.Spec.IPFamilies, oldSvc.Spec.IPFamilies) {
-			newSvc.Spec.IPFamilies = nil
-		}
-		if samePolicy(newSvc.Spec.IPFamilyPolicy, oldSvc.Spec.IPFamilyPolicy) {
-			newSvc.Spec.IPFamilyPolicy = nil
-		}
-	}
-
-	if needsNodePort(oldSvc) && !needsNodePort(newSvc) && sameNodePorts(newSvc, oldSvc) {
-		for i := range newSvc.Spec.Ports {
-			newSvc.Spec.Ports[i].NodePort = 0
-		}
-	}
-
-	if needsHealthCheckNodePort(oldSvc) && !needsHealthCheckNodePort(newSvc) &&
-		newSvc.Spec.HealthCheckNodePort == oldSvc.Spec.HealthCheckNodePort {
-		newSvc.Spec.HealthCheckNodePort = 0
-	}
-
-	if oldSvc.Spec.Type == corev1.ServiceTypeLoadBalancer && newSvc.Spec.Type != corev1.ServiceTypeLoadBalancer {
-		if sameBoolPtr(newSvc.Spec.AllocateLoadBalancerNodePorts, oldSvc.Spec.AllocateLoadBalancerNodePorts) {
-			newSvc.Spec.AllocateLoadBalancerNodePorts = nil
-		}
-		if sameStringPtr(newSvc.Spec.LoadBalancerClass, oldSvc.Spec.LoadBalancerClass) {
-			newSvc.Spec.LoadBalancerClass = nil
-		}
-	}
-
-	if externallyAccessible(oldSvc) && !externallyAccessible(newSvc) &&
-		newSvc.Spec.ExternalTrafficPolicy == oldSvc.Spec.ExternalTrafficPolicy {
-		newSvc.Spec.ExternalTrafficPolicy = ""
-	}
-
-	// Load-balancer status is meaningless once the service is no longer a
-	// load balancer; consumers must not keep programming the old VIPs.
-	if newSvc.Spec.Type != corev1.ServiceTypeLoadBalancer {
-		newSvc.Status.LoadBalancer = corev1.LoadBalancerStatus{}
 	}
 }
 
@@ -541,74 +406,4 @@ func externallyAccessible(s *corev1.Service) bool {
 	return s.Spec.Type == corev1.ServiceTypeLoadBalancer ||
 		s.Spec.Type == corev1.ServiceTypeNodePort ||
 		(s.Spec.Type == corev1.ServiceTypeClusterIP && len(s.Spec.ExternalIPs) > 0)
-}
-
-func needsClusterIP(s *corev1.Service) bool {
-	return s.Spec.Type != corev1.ServiceTypeExternalName
-}
-
-func needsNodePort(s *corev1.Service) bool {
-	return s.Spec.Type == corev1.ServiceTypeNodePort || s.Spec.Type == corev1.ServiceTypeLoadBalancer
-}
-
-func needsHealthCheckNodePort(s *corev1.Service) bool {
-	return s.Spec.Type == corev1.ServiceTypeLoadBalancer &&
-		s.Spec.ExternalTrafficPolicy == corev1.ServiceExternalTrafficPolicyLocal
-}
-
-func sameNodePorts(a, b *corev1.Service) bool {
-	if len(a.Spec.Ports) != len(b.Spec.Ports) {
-		return false
-	}
-	for i := range a.Spec.Ports {
-		if a.Spec.Ports[i].NodePort != b.Spec.Ports[i].NodePort {
-			return false
-		}
-	}
-	return true
-}
-
-func sameStrings(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
-func sameFamilies(a, b []corev1.IPFamily) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
-func samePolicy(a, b *corev1.IPFamilyPolicy) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return *a == *b
-}
-
-func sameBoolPtr(a, b *bool) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return *a == *b
-}
-
-func sameStringPtr(a, b *string) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return *a == *b
 }

@@ -124,7 +124,7 @@ func (s *Store) Create(ctx context.Context, key string, obj runtime.Object, clai
 	}
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(key), "=", 0)}
 	ops := []clientv3.Op{clientv3.OpPut(key, string(data))}
-	resp, err := s.txn(ctx, cmps, ops, claims, key)
+	resp, err := s.txn(ctx, cmps, ops, claims, key, 0)
 	if err != nil {
 		if errors.Is(err, errKeyMismatch) {
 			return nil, ErrExists
@@ -143,7 +143,7 @@ func (s *Store) Update(ctx context.Context, key string, rev int64, obj runtime.O
 	}
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", rev)}
 	ops := []clientv3.Op{clientv3.OpPut(key, string(data))}
-	resp, err := s.txn(ctx, cmps, ops, claims, key)
+	resp, err := s.txn(ctx, cmps, ops, claims, key, rev)
 	if err != nil {
 		if errors.Is(err, errKeyMismatch) {
 			return nil, s.missingOrConflict(ctx, key)
@@ -160,7 +160,7 @@ func (s *Store) Delete(ctx context.Context, key string, rev int64, claims Claims
 	defer s.observe("delete", timer())
 	cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(key), "=", rev)}
 	ops := []clientv3.Op{clientv3.OpDelete(key)}
-	resp, err := s.txn(ctx, cmps, ops, claims, key)
+	resp, err := s.txn(ctx, cmps, ops, claims, key, rev)
 	if err != nil {
 		if errors.Is(err, errKeyMismatch) {
 			return 0, s.missingOrConflict(ctx, key)
@@ -184,8 +184,11 @@ func (s *Store) missingOrConflict(ctx context.Context, key string) error {
 var errKeyMismatch = errors.New("object key precondition failed")
 
 // txn runs cmps+claims → ops+claims; on failure it tells apart a failed object
-// precondition (errKeyMismatch) from claims that are taken (*ClaimedError).
-func (s *Store) txn(ctx context.Context, cmps []clientv3.Cmp, ops []clientv3.Op, claims Claims, key string) (*clientv3.TxnResponse, error) {
+// precondition (errKeyMismatch: the key's mod revision is not wantRev, 0
+// meaning "must not exist") from claims that are taken (*ClaimedError). The
+// object precondition wins: a create of an existing object is "already
+// exists" even though its claims are naturally taken too.
+func (s *Store) txn(ctx context.Context, cmps []clientv3.Cmp, ops []clientv3.Op, claims Claims, key string, wantRev int64) (*clientv3.TxnResponse, error) {
 	claimKeys := make([]string, 0, len(claims.Put))
 	for k, v := range claims.Put {
 		claimKeys = append(claimKeys, k)
@@ -195,7 +198,7 @@ func (s *Store) txn(ctx context.Context, cmps []clientv3.Cmp, ops []clientv3.Op,
 	for _, k := range claims.Release {
 		ops = append(ops, clientv3.OpDelete(k))
 	}
-	var orElse []clientv3.Op
+	orElse := []clientv3.Op{clientv3.OpGet(key, clientv3.WithKeysOnly())}
 	for _, k := range claimKeys {
 		orElse = append(orElse, clientv3.OpGet(k, clientv3.WithKeysOnly()))
 	}
@@ -206,15 +209,20 @@ func (s *Store) txn(ctx context.Context, cmps []clientv3.Cmp, ops []clientv3.Op,
 	if resp.Succeeded {
 		return resp, nil
 	}
+	var curRev int64
+	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
+		curRev = kvs[0].ModRevision
+	}
+	if curRev != wantRev {
+		return nil, errKeyMismatch
+	}
 	var taken []string
-	for i, r := range resp.Responses {
+	for i, r := range resp.Responses[1:] {
 		if rr := r.GetResponseRange(); rr != nil && len(rr.Kvs) > 0 {
 			taken = append(taken, claimKeys[i])
 		}
 	}
 	if len(taken) > 0 {
-		// A precondition on the object itself may also have failed; the
-		// caller retries after choosing new claims and finds out then.
 		return nil, &ClaimedError{Keys: taken}
 	}
 	return nil, errKeyMismatch

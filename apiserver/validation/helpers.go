@@ -275,8 +275,8 @@ func validateTolerations(tolerations []corev1.Toleration, fldPath *field.Path) f
 	return allErrs
 }
 
-// validateObjectReferenceNamespace checks an optional namespace in a
-// reference (events).
+// validateOptionalNamespace checks an optional namespace in an object
+// reference (events, endpoint targets).
 func validateOptionalNamespace(ns string, fldPath *field.Path) field.ErrorList {
 	if ns == "" {
 		return nil

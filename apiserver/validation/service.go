@@ -16,21 +16,21 @@ var (
 		corev1.ServiceTypeClusterIP, corev1.ServiceTypeExternalName,
 		corev1.ServiceTypeLoadBalancer, corev1.ServiceTypeNodePort,
 	}
-	supportedSessionAffinities      = []corev1.ServiceAffinity{corev1.ServiceAffinityClientIP, corev1.ServiceAffinityNone}
-	supportedIPFamilies             = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
-	supportedIPFamilyPolicies       = []corev1.IPFamilyPolicy{corev1.IPFamilyPolicyPreferDualStack, corev1.IPFamilyPolicyRequireDualStack, corev1.IPFamilyPolicySingleStack}
-	supportedExternalTrafficPolicy  = []corev1.ServiceExternalTrafficPolicy{corev1.ServiceExternalTrafficPolicyCluster, corev1.ServiceExternalTrafficPolicyLocal}
-	supportedInternalTrafficPolicy  = []corev1.ServiceInternalTrafficPolicy{corev1.ServiceInternalTrafficPolicyCluster, corev1.ServiceInternalTrafficPolicyLocal}
-	supportedTrafficDistributions   = []string{corev1.ServiceTrafficDistributionPreferClose, corev1.ServiceTrafficDistributionPreferSameNode, corev1.ServiceTrafficDistributionPreferSameZone}
-	supportedLoadBalancerIPModes    = []corev1.LoadBalancerIPMode{corev1.LoadBalancerIPModeProxy, corev1.LoadBalancerIPModeVIP}
-	maxClientIPAffinityTimeoutSecs  = int32(86400) // one day, MaxClientIPServiceAffinitySeconds upstream
-	serviceClusterIPPath            = specPath.Child("clusterIP")
-	serviceClusterIPsPath           = specPath.Child("clusterIPs")
-	serviceIPFamiliesPath           = specPath.Child("ipFamilies")
-	serviceIPFamilyPolicyPath       = specPath.Child("ipFamilyPolicy")
-	serviceHealthCheckNodePortPath  = specPath.Child("healthCheckNodePort")
-	serviceLoadBalancerClassPath    = specPath.Child("loadBalancerClass")
-	serviceExternalTrafficPolicyPth = specPath.Child("externalTrafficPolicy")
+	supportedSessionAffinities       = []corev1.ServiceAffinity{corev1.ServiceAffinityClientIP, corev1.ServiceAffinityNone}
+	supportedIPFamilies              = []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol}
+	supportedIPFamilyPolicies        = []corev1.IPFamilyPolicy{corev1.IPFamilyPolicyPreferDualStack, corev1.IPFamilyPolicyRequireDualStack, corev1.IPFamilyPolicySingleStack}
+	supportedExternalTrafficPolicy   = []corev1.ServiceExternalTrafficPolicy{corev1.ServiceExternalTrafficPolicyCluster, corev1.ServiceExternalTrafficPolicyLocal}
+	supportedInternalTrafficPolicy   = []corev1.ServiceInternalTrafficPolicy{corev1.ServiceInternalTrafficPolicyCluster, corev1.ServiceInternalTrafficPolicyLocal}
+	supportedTrafficDistributions    = []string{corev1.ServiceTrafficDistributionPreferClose, corev1.ServiceTrafficDistributionPreferSameNode, corev1.ServiceTrafficDistributionPreferSameZone}
+	supportedLoadBalancerIPModes     = []corev1.LoadBalancerIPMode{corev1.LoadBalancerIPModeProxy, corev1.LoadBalancerIPModeVIP}
+	maxClientIPAffinityTimeoutSecs   = int32(86400) // one day, MaxClientIPServiceAffinitySeconds upstream
+	serviceClusterIPPath             = specPath.Child("clusterIP")
+	serviceClusterIPsPath            = specPath.Child("clusterIPs")
+	serviceIPFamiliesPath            = specPath.Child("ipFamilies")
+	serviceIPFamilyPolicyPath        = specPath.Child("ipFamilyPolicy")
+	serviceHealthCheckNodePortPath   = specPath.Child("healthCheckNodePort")
+	serviceLoadBalancerClassPath     = specPath.Child("loadBalancerClass")
+	serviceExternalTrafficPolicyPath = specPath.Child("externalTrafficPolicy")
 )
 
 // Service validates a Service on create. Service names are DNS-1035 labels:
@@ -201,15 +201,15 @@ func validateServiceSpec(s *corev1.Service) field.ErrorList {
 
 	if !externallyAccessible(s) {
 		if spec.ExternalTrafficPolicy != "" {
-			allErrs = append(allErrs, field.Invalid(serviceExternalTrafficPolicyPth, spec.ExternalTrafficPolicy,
+			allErrs = append(allErrs, field.Invalid(serviceExternalTrafficPolicyPath, spec.ExternalTrafficPolicy,
 				"may only be set for externally-accessible services"))
 		}
 	} else {
 		switch {
 		case spec.ExternalTrafficPolicy == "":
-			allErrs = append(allErrs, field.Required(serviceExternalTrafficPolicyPth, ""))
+			allErrs = append(allErrs, field.Required(serviceExternalTrafficPolicyPath, ""))
 		case !containsValue(supportedExternalTrafficPolicy, spec.ExternalTrafficPolicy):
-			allErrs = append(allErrs, field.NotSupported(serviceExternalTrafficPolicyPth, spec.ExternalTrafficPolicy, supportedExternalTrafficPolicy))
+			allErrs = append(allErrs, field.NotSupported(serviceExternalTrafficPolicyPath, spec.ExternalTrafficPolicy, supportedExternalTrafficPolicy))
 		}
 	}
 
