@@ -20,6 +20,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/nodenet/nodenet/apiserver/storage"
+	"github.com/nodenet/nodenet/apiserver/validation"
 )
 
 // serveResource dispatches a resource request to its verb.
@@ -230,10 +231,20 @@ func (s *Server) createObject(ctx context.Context, req *apiRequest, obj runtime.
 // refused.
 func (s *Server) claimAndWrite(ctx context.Context, req *apiRequest, obj, old runtime.Object, oldRev int64, dryRun bool) (runtime.Object, error) {
 	res := req.res
+	// assign writes its picks into the object: every attempt starts again
+	// from what the client sent, so a value picked by an earlier attempt is
+	// not mistaken for one the client asked for.
+	var orig runtime.Object
+	if res.claims != nil {
+		orig = obj.DeepCopyObject()
+	}
 	for attempt := 0; ; attempt++ {
 		var claims storage.Claims
 		var requested map[string]bool
 		if res.claims != nil {
+			if attempt > 0 {
+				obj = orig.DeepCopyObject()
+			}
 			var errs field.ErrorList
 			claims, requested, errs = res.claims.assign(obj, old)
 			if len(errs) > 0 {
@@ -241,6 +252,9 @@ func (s *Server) claimAndWrite(ctx context.Context, req *apiRequest, obj, old ru
 			}
 		}
 		if dryRun {
+			if res.claims != nil {
+				res.claims.abandon(claims, requested, nil)
+			}
 			return obj, nil
 		}
 		var stored runtime.Object
@@ -252,6 +266,7 @@ func (s *Server) claimAndWrite(ctx context.Context, req *apiRequest, obj, old ru
 		}
 		if c, ok := storage.IsClaimed(err); ok && res.claims != nil {
 			res.claims.taken(c.Keys)
+			res.claims.abandon(claims, requested, c.Keys)
 			for _, k := range c.Keys {
 				if requested[k] {
 					return nil, apierrors.NewInvalid(res.gvk().GroupKind(), req.name, res.claims.describeTaken(k))
@@ -263,6 +278,9 @@ func (s *Server) claimAndWrite(ctx context.Context, req *apiRequest, obj, old ru
 			return nil, apierrors.NewInternalError(fmt.Errorf("could not allocate after %d attempts", attempt))
 		}
 		if err != nil {
+			if res.claims != nil {
+				res.claims.abandon(claims, requested, nil)
+			}
 			return nil, s.storageError(req, err)
 		}
 		if res.claims != nil {
@@ -562,6 +580,9 @@ func (s *Server) bind(w http.ResponseWriter, r *http.Request, req *apiRequest) {
 	if b.Name == "" {
 		b.Name = req.name
 	}
+	if b.Namespace == "" {
+		b.Namespace = req.namespace
+	}
 	if errs := validateBinding(b, req.name); len(errs) > 0 {
 		s.fail(w, r, apierrors.NewInvalid(corev1.SchemeGroupVersion.WithKind("Binding").GroupKind(), b.Name, errs))
 		return
@@ -648,15 +669,9 @@ func (s *Server) namespaceOpen(name string) error {
 }
 
 func validateBinding(b *corev1.Binding, podName string) field.ErrorList {
-	var errs field.ErrorList
+	errs := validation.Binding(b)
 	if b.Name != podName {
 		errs = append(errs, field.Invalid(field.NewPath("metadata", "name"), b.Name, "must match the pod name"))
-	}
-	if b.Target.Kind != "" && b.Target.Kind != "Node" {
-		errs = append(errs, field.NotSupported(field.NewPath("target", "kind"), b.Target.Kind, []string{"Node"}))
-	}
-	if b.Target.Name == "" {
-		errs = append(errs, field.Required(field.NewPath("target", "name"), ""))
 	}
 	return errs
 }

@@ -180,20 +180,15 @@ func newResources(svc claimer) []*resource {
 			namespaced: true,
 			newObj:     func() runtime.Object { return &corev1.ConfigMap{} },
 			newList:    func() runtime.Object { return &corev1.ConfigMapList{} },
-			validate:   typed(validation.ConfigMap),
-			validateUpd: func(o, _ runtime.Object) field.ErrorList {
-				return validation.ConfigMap(o.(*corev1.ConfigMap))
-			},
+			defaults:   typedDefault(defaulting.ConfigMap),
+			validate:   typed(validation.ConfigMap), validateUpd: typed2(validation.ConfigMapUpdate),
 		},
 		{
 			gv: coreV1, plural: "events", singular: "event", kind: "Event", shortNames: []string{"ev"},
 			namespaced: true, createOnUpdate: true,
 			newObj:   func() runtime.Object { return &corev1.Event{} },
 			newList:  func() runtime.Object { return &corev1.EventList{} },
-			validate: typed(validation.CoreEvent),
-			validateUpd: func(o, _ runtime.Object) field.ErrorList {
-				return validation.CoreEvent(o.(*corev1.Event))
-			},
+			validate: typed(validation.CoreEvent), validateUpd: typed2(validation.CoreEventUpdate),
 			fieldSet: coreEventFields,
 		},
 		{
@@ -209,20 +204,14 @@ func newResources(svc claimer) []*resource {
 			namespaced: true,
 			newObj:     func() runtime.Object { return &coordinationv1.Lease{} },
 			newList:    func() runtime.Object { return &coordinationv1.LeaseList{} },
-			validate:   typed(validation.Lease),
-			validateUpd: func(o, _ runtime.Object) field.ErrorList {
-				return validation.Lease(o.(*coordinationv1.Lease))
-			},
+			validate:   typed(validation.Lease), validateUpd: typed2(validation.LeaseUpdate),
 		},
 		{
 			gv: eventsV1, plural: "events", singular: "event", kind: "Event",
 			namespaced: true, createOnUpdate: true,
 			newObj:   func() runtime.Object { return &eventsv1.Event{} },
 			newList:  func() runtime.Object { return &eventsv1.EventList{} },
-			validate: typed(validation.EventsV1Event),
-			validateUpd: func(o, _ runtime.Object) field.ErrorList {
-				return validation.EventsV1Event(o.(*eventsv1.Event))
-			},
+			validate: typed(validation.EventsV1Event), validateUpd: typed2(validation.EventsV1EventUpdate),
 		},
 	}
 }

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	corev1 "k8s.io/api/core/v1"
@@ -32,6 +34,10 @@ type claimer interface {
 	taken(keys []string)
 	// committed notes a transaction that succeeded.
 	committed(c storage.Claims)
+	// abandon forgets the values assign picked for a write that did not
+	// happen (dry run, refused, or lost to another object), except those in
+	// keep, which another object holds.
+	abandon(c storage.Claims, requested map[string]bool, keep []string)
 	// describeTaken explains why a requested key was refused.
 	describeTaken(key string) field.ErrorList
 }
@@ -51,6 +57,9 @@ const (
 
 // serviceAllocator hands out ClusterIPs and NodePorts.
 type serviceAllocator struct {
+	// mu makes a pick and its reservation in ips/nodePorts one step, so two
+	// concurrent creates never pick the same value.
+	mu        sync.Mutex
 	ranges    map[corev1.IPFamily]*allocator.IPRange
 	primary   corev1.IPFamily
 	ports     allocator.PortRange
@@ -111,14 +120,18 @@ func (a *serviceAllocator) assign(obj, old runtime.Object) (storage.Claims, map[
 	}
 	requested := map[string]bool{}
 	var errs field.ErrorList
+	var picked []string // keys reserved in the hint sets by this call
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	if svc.Spec.Type == typeExternal {
 		svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "", nil
 		svc.Spec.IPFamilies, svc.Spec.IPFamilyPolicy = nil, nil
 	} else {
-		errs = append(errs, a.assignIPs(svc, prev, requested)...)
+		errs = append(errs, a.assignIPs(svc, prev, requested, &picked)...)
 	}
-	errs = append(errs, a.assignNodePorts(svc, prev, requested)...)
+	errs = append(errs, a.assignNodePorts(svc, prev, requested, &picked)...)
 	if len(errs) > 0 {
+		a.forget(picked)
 		return storage.Claims{}, nil, errs
 	}
 	want, have := serviceKeys(svc), map[string]string{}
@@ -139,7 +152,7 @@ func (a *serviceAllocator) assign(obj, old runtime.Object) (storage.Claims, map[
 	return c, requested, nil
 }
 
-func (a *serviceAllocator) assignIPs(svc, prev *corev1.Service, requested map[string]bool) field.ErrorList {
+func (a *serviceAllocator) assignIPs(svc, prev *corev1.Service, requested map[string]bool, picked *[]string) field.ErrorList {
 	spec := field.NewPath("spec")
 	if prev != nil && prev.Spec.Type != typeExternal && len(prev.Spec.ClusterIPs) > 0 {
 		return nil // allocated before; immutable (keepAllocated + validation)
@@ -214,6 +227,7 @@ func (a *serviceAllocator) assignIPs(svc, prev *corev1.Service, requested map[st
 		}
 		out[i] = ip.String()
 		a.ips.Add(out[i]) // keep concurrent creates from racing for the same pick
+		*picked = append(*picked, serviceIPKeys+out[i])
 	}
 	svc.Spec.ClusterIPs, svc.Spec.ClusterIP = out, out[0]
 	return nil
@@ -229,7 +243,7 @@ func needsNodePorts(svc *corev1.Service) bool {
 	return false
 }
 
-func (a *serviceAllocator) assignNodePorts(svc, prev *corev1.Service, requested map[string]bool) field.ErrorList {
+func (a *serviceAllocator) assignNodePorts(svc, prev *corev1.Service, requested map[string]bool, picked *[]string) field.ErrorList {
 	var errs field.ErrorList
 	ports := field.NewPath("spec", "ports")
 	had := map[int32]bool{}
@@ -262,6 +276,7 @@ func (a *serviceAllocator) assignNodePorts(svc, prev *corev1.Service, requested 
 			}
 			p.NodePort = int32(port)
 			a.nodePorts.Add(strconv.Itoa(port))
+			*picked = append(*picked, nodePortKey(p.NodePort))
 		}
 	}
 	hc := field.NewPath("spec", "healthCheckNodePort")
@@ -279,6 +294,7 @@ func (a *serviceAllocator) assignNodePorts(svc, prev *corev1.Service, requested 
 		}
 		svc.Spec.HealthCheckNodePort = int32(port)
 		a.nodePorts.Add(strconv.Itoa(port))
+		*picked = append(*picked, nodePortKey(svc.Spec.HealthCheckNodePort))
 	case wantHC:
 		if !a.ports.Contains(int(svc.Spec.HealthCheckNodePort)) {
 			errs = append(errs, field.Invalid(hc, svc.Spec.HealthCheckNodePort, fmt.Sprintf("provided port is not in the valid range. The range of valid ports is %s", a.ports)))
@@ -376,6 +392,24 @@ func (a *serviceAllocator) committed(c storage.Claims) {
 	}
 }
 
+func (a *serviceAllocator) abandon(c storage.Claims, requested map[string]bool, keep []string) {
+	var drop []string
+	for k := range c.Put {
+		if !requested[k] && !slices.Contains(keep, k) {
+			drop = append(drop, k)
+		}
+	}
+	a.forget(drop)
+}
+
+// forget frees picked keys in the hint sets.
+func (a *serviceAllocator) forget(keys []string) {
+	for _, k := range keys {
+		set, v := a.setFor(k)
+		set.Remove(v)
+	}
+}
+
 func (a *serviceAllocator) describeTaken(key string) field.ErrorList {
 	if v, ok := strings.CutPrefix(key, serviceIPKeys); ok {
 		return field.ErrorList{field.Invalid(field.NewPath("spec", "clusterIPs"), v, fmt.Sprintf("failed to allocate IP %s: provided IP is already allocated", v))}
@@ -390,6 +424,25 @@ func (a *serviceAllocator) describeTaken(key string) field.ErrorList {
 func dropTypeDependentFields(n, c *corev1.Service) {
 	if n.Spec.Type == c.Spec.Type {
 		return
+	}
+	if n.Spec.Type == typeExternal {
+		// ExternalName services have no cluster IPs; drop the ones the
+		// client carried over unchanged (apply of a type change).
+		if n.Spec.ClusterIP == c.Spec.ClusterIP {
+			n.Spec.ClusterIP = ""
+		}
+		if apiequality.Semantic.DeepEqual(n.Spec.ClusterIPs, c.Spec.ClusterIPs) {
+			n.Spec.ClusterIPs = nil
+		}
+		if apiequality.Semantic.DeepEqual(n.Spec.IPFamilies, c.Spec.IPFamilies) {
+			n.Spec.IPFamilies = nil
+		}
+		if apiequality.Semantic.DeepEqual(n.Spec.IPFamilyPolicy, c.Spec.IPFamilyPolicy) {
+			n.Spec.IPFamilyPolicy = nil
+		}
+		if n.Spec.InternalTrafficPolicy != nil && apiequality.Semantic.DeepEqual(n.Spec.InternalTrafficPolicy, c.Spec.InternalTrafficPolicy) {
+			n.Spec.InternalTrafficPolicy = nil
+		}
 	}
 	external := n.Spec.Type == typeNodePort || n.Spec.Type == typeLB
 	if !external {
