@@ -6,7 +6,6 @@ import (
 	"sort"
 	"strings"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/version"
@@ -92,11 +91,11 @@ func (s *Server) serveDiscovery(w http.ResponseWriter, r *http.Request) bool {
 				return true
 			}
 		}
-		s.fail(w, r, apierrors.NewNotFound(schema.GroupResource{}, r.URL.Path))
+		s.fail(w, r, errNoResource())
 	case len(parts) == 3 && parts[0] == "apis":
 		gv := schema.GroupVersion{Group: parts[1], Version: parts[2]}
 		if s.byGV[gv] == nil {
-			s.fail(w, r, apierrors.NewNotFound(schema.GroupResource{}, r.URL.Path))
+			s.fail(w, r, errNoResource())
 			return true
 		}
 		s.respond(w, r, http.StatusOK, s.resourceList(gv))

@@ -203,7 +203,10 @@ func (s *Server) createObject(ctx context.Context, req *apiRequest, obj runtime.
 		acc.SetUID(uuid.NewUUID())
 		acc.SetCreationTimestamp(metav1.Now())
 		acc.SetResourceVersion("")
-		acc.SetGeneration(1)
+		acc.SetGeneration(0)
+		if res.tracksGeneration() {
+			acc.SetGeneration(1)
+		}
 		acc.SetDeletionTimestamp(nil)
 		acc.SetDeletionGracePeriodSeconds(nil)
 		acc.SetManagedFields(nil)
@@ -399,7 +402,7 @@ func (s *Server) prepareUpdate(req *apiRequest, next, cur runtime.Object) (runti
 	if res.defaults != nil {
 		res.defaults(next)
 	}
-	if specChanged(next, cur) {
+	if res.tracksGeneration() && specChanged(next, cur) {
 		acc.SetGeneration(curAcc.GetGeneration() + 1)
 	}
 	var errs field.ErrorList

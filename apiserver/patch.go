@@ -10,7 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/strategicpatch"
 	kjson "sigs.k8s.io/json"
@@ -97,8 +97,10 @@ func applyPatch(res *resource, pt types.PatchType, body []byte, cur runtime.Obje
 		patched, err = strategicpatch.StrategicMergePatch(original, body, res.newObj())
 	}
 	if err != nil {
-		return nil, apierrors.NewGenericServerResponse(http.StatusUnprocessableEntity, "patch", schema.GroupResource{Group: res.gv.Group, Resource: res.plural}, acc.GetName(),
-			fmt.Sprintf("the patch cannot be applied: %v", err), 0, false)
+		return nil, &apierrors.StatusError{ErrStatus: metav1.Status{
+			Status: metav1.StatusFailure, Code: http.StatusUnprocessableEntity, Reason: metav1.StatusReasonInvalid,
+			Message: fmt.Sprintf("the patch cannot be applied to %s %q: %v", res.singular, acc.GetName(), err),
+		}}
 	}
 	next := res.newObj()
 	if err := kjson.UnmarshalCaseSensitivePreserveInts(patched, next); err != nil {

@@ -36,11 +36,11 @@ func (s *Server) parsePath(path string) (*apiRequest, error) {
 	case len(parts) >= 4 && parts[0] == "apis":
 		gv, parts = schema.GroupVersion{Group: parts[1], Version: parts[2]}, parts[3:]
 	default:
-		return nil, apierrors.NewNotFound(schema.GroupResource{}, path)
+		return nil, errNoResource()
 	}
 	byName := s.byGV[gv]
 	if byName == nil {
-		return nil, apierrors.NewNotFound(schema.GroupResource{Group: gv.Group}, path)
+		return nil, errNoResource()
 	}
 	req := &apiRequest{}
 	if parts[0] == "watch" {
@@ -52,7 +52,7 @@ func (s *Server) parsePath(path string) (*apiRequest, error) {
 		}
 	}
 	if len(parts) == 0 || len(parts) > 3 {
-		return nil, apierrors.NewNotFound(schema.GroupResource{Group: gv.Group}, path)
+		return nil, errNoResource()
 	}
 	req.res = byName[parts[0]]
 	if req.res == nil {
@@ -258,4 +258,12 @@ func decodeDeleteOptions(r *http.Request) (*metav1.DeleteOptions, error) {
 		opts.DryRun = []string{"All"}
 	}
 	return opts, nil
+}
+
+// errNoResource is kube-apiserver's answer for a path it does not serve.
+func errNoResource() error {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status: metav1.StatusFailure, Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound,
+		Message: "the server could not find the requested resource", Details: &metav1.StatusDetails{},
+	}}
 }

@@ -52,6 +52,12 @@ type resource struct {
 	cache *storage.Cache
 }
 
+// tracksGeneration: objects with a spec/status split count spec changes in
+// metadata.generation, as kube-apiserver does for pods and services.
+func (r *resource) tracksGeneration() bool {
+	return r.hasStatus && r.kind != "Namespace" && r.kind != "Node"
+}
+
 func (r *resource) gvk() schema.GroupVersionKind { return r.gv.WithKind(r.kind) }
 
 func (r *resource) listGVK() schema.GroupVersionKind { return r.gv.WithKind(r.kind + "List") }
