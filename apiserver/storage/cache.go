@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -258,27 +259,40 @@ func (c *Cache) List(ctx context.Context, prefix string, minRev int64, filter fu
 	if err := c.WaitSynced(ctx); err != nil {
 		return nil, 0, err
 	}
+	// Most lists need no waiting: serve them under the read lock so that
+	// concurrent lists do not queue behind each other.
+	c.mu.RLock()
+	if c.rev >= minRev {
+		objs, rev := c.snapshot(prefix, filter)
+		c.mu.RUnlock()
+		return objs, rev, nil
+	}
+	c.mu.RUnlock()
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	if err := c.waitFor(ctx, minRev); err != nil {
-		c.mu.Unlock()
 		return nil, 0, err
 	}
+	objs, rev := c.snapshot(prefix, filter)
+	return objs, rev, nil
+}
+
+// snapshot lists the objects under prefix in key order; the caller holds mu.
+func (c *Cache) snapshot(prefix string, filter func(runtime.Object) bool) ([]runtime.Object, int64) {
 	keys := make([]string, 0, len(c.items))
 	for k := range c.items {
-		if len(k) >= len(prefix) && k[:len(prefix)] == prefix {
+		if strings.HasPrefix(k, prefix) {
 			keys = append(keys, k)
 		}
 	}
-	objs := make([]runtime.Object, 0, len(keys))
 	sort.Strings(keys)
+	objs := make([]runtime.Object, 0, len(keys))
 	for _, k := range keys {
 		if obj := c.items[k]; filter == nil || filter(obj) {
 			objs = append(objs, obj)
 		}
 	}
-	rev := c.rev
-	c.mu.Unlock()
-	return objs, rev, nil
+	return objs, c.rev
 }
 
 // Watch starts a watcher on prefix. fromRev 0 first replays the current state
