@@ -20,8 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -223,4 +223,20 @@ func (m *manager) serve(addr string) (func(), error) {
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 	}, nil
+}
+
+// Check builds every controller once on a factory that is never started, so
+// that bad options fail at startup rather than after winning an election.
+func Check(cfg Config) error {
+	client, err := kubernetes.NewForConfig(cfg.RESTConfig)
+	if err != nil {
+		return fmt.Errorf("build client: %w", err)
+	}
+	factory := informers.NewSharedInformerFactory(client, 0)
+	for _, c := range cfg.Controllers {
+		if _, err := c.New(client, factory, nil, slog.New(slog.DiscardHandler)); err != nil {
+			return fmt.Errorf("controller %s: %w", c.Name, err)
+		}
+	}
+	return nil
 }

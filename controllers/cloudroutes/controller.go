@@ -1,0 +1,148 @@
+package cloudroutes
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+)
+
+// syncKey is the only queue key: the table is reconciled as a whole, so
+// bursts of node changes collapse into one sync.
+const syncKey = "all"
+
+// Controller keeps the route table in line with the nodes.
+type Controller struct {
+	config
+	client   kubernetes.Interface
+	nodes    corelisters.NodeLister
+	synced   cache.InformerSynced
+	queue    workqueue.TypedRateLimitingInterface[string]
+	recorder record.EventRecorder
+	log      *slog.Logger
+
+	// skipped remembers why podCIDRs got no route, so the reason is logged
+	// when it appears rather than on every resync. Only sync touches it,
+	// and the queue never runs one key twice at once.
+	skipped map[podCIDRKey]string
+}
+
+// New validates opts and registers the node handlers on factory; start
+// the factory after New so the node informer it requested runs.
+func New(client kubernetes.Interface, factory informers.SharedInformerFactory, opts Options, recorder record.EventRecorder, log *slog.Logger) (*Controller, error) {
+	cfg, err := opts.validate()
+	if err != nil {
+		return nil, err
+	}
+	if recorder == nil {
+		recorder = nopRecorder{}
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c := &Controller{
+		config:   cfg,
+		client:   client,
+		recorder: recorder,
+		log:      log.With("controller", "cloudroutes"),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "cloudroutes"}),
+		skipped: map[podCIDRKey]string{},
+	}
+	informer := factory.Core().V1().Nodes()
+	c.nodes = informer.Lister()
+	reg, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { c.queue.Add(syncKey) },
+		UpdateFunc: func(oldObj, newObj any) {
+			oldNode, ok1 := oldObj.(*corev1.Node)
+			newNode, ok2 := newObj.(*corev1.Node)
+			if !ok1 || !ok2 || routeRelevantChange(oldNode, newNode) {
+				c.queue.Add(syncKey)
+			}
+		},
+		DeleteFunc: func(any) { c.queue.Add(syncKey) },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("cloud routes: register node handler: %w", err)
+	}
+	c.synced = reg.HasSynced
+	return c, nil
+}
+
+// routeRelevantChange filters node updates: the kubelet rewrites status
+// every few seconds, and only podCIDRs, InternalIPs and the network
+// condition bear on routes.
+func routeRelevantChange(oldNode, newNode *corev1.Node) bool {
+	return oldNode.Spec.PodCIDR != newNode.Spec.PodCIDR ||
+		!slices.Equal(oldNode.Spec.PodCIDRs, newNode.Spec.PodCIDRs) ||
+		!slices.Equal(internalIPs(oldNode), internalIPs(newNode)) ||
+		networkAvailable(oldNode) != networkAvailable(newNode)
+}
+
+func internalIPs(n *corev1.Node) []string {
+	var ips []string
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			ips = append(ips, a.Address)
+		}
+	}
+	return ips
+}
+
+// Run syncs until ctx is done, then shuts the queue down. Workers beyond
+// one only wait: there is a single key.
+func (c *Controller) Run(ctx context.Context, workers int) {
+	c.log.Info("starting", "clusterCIDRs", fmt.Sprint(c.clusterCIDRs), "period", c.period)
+	defer c.log.Info("stopped")
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer c.queue.ShutDown() // runs before wg.Wait: it is what ends the workers
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced) {
+		return
+	}
+	for range max(workers, 1) {
+		wg.Go(func() {
+			for c.processNext(ctx) {
+			}
+		})
+	}
+	c.queue.Add(syncKey) // even with no nodes: stale routes must go
+	ticker := time.NewTicker(c.period)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+			c.queue.Add(syncKey)
+		}
+	}
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+	if err := c.sync(ctx); err != nil {
+		if ctx.Err() == nil {
+			c.log.Error("sync failed, will retry", "err", err)
+		}
+		c.queue.AddRateLimited(key)
+		return true
+	}
+	c.queue.Forget(key)
+	return true
+}
