@@ -178,6 +178,7 @@ func (s *Server) createObject(ctx context.Context, req *apiRequest, obj runtime.
 	if err != nil {
 		return nil, apierrors.NewBadRequest(err.Error())
 	}
+	var guard map[string]int64
 	if res.namespaced {
 		switch {
 		case acc.GetNamespace() == "":
@@ -188,9 +189,14 @@ func (s *Server) createObject(ctx context.Context, req *apiRequest, obj runtime.
 		if acc.GetNamespace() == "" {
 			return nil, apierrors.NewBadRequest("a namespace must be specified to create a " + res.kind)
 		}
-		if err := s.namespaceOpen(acc.GetNamespace()); err != nil {
+		nsRev, err := s.namespaceOpen(ctx, acc.GetNamespace(), false)
+		if err != nil {
 			return nil, err
 		}
+		// The write only succeeds if the namespace is unchanged, so that no
+		// object lands in it after its deletion started (and the namespace
+		// finalizer's sweep missed it).
+		guard = map[string]int64{s.nsRes.store.Key("", acc.GetNamespace()): nsRev}
 	} else {
 		acc.SetNamespace("")
 	}
@@ -220,9 +226,21 @@ func (s *Server) createObject(ctx context.Context, req *apiRequest, obj runtime.
 		if errs := res.validate(obj); len(errs) > 0 {
 			return nil, apierrors.NewInvalid(res.gvk().GroupKind(), acc.GetName(), errs)
 		}
-		stored, err := s.claimAndWrite(ctx, req, obj, nil, 0, dryRun)
-		if errors.Is(err, storage.ErrExists) && generated && attempt < 5 {
+		stored, err := s.claimAndWrite(ctx, req, obj, nil, 0, dryRun, guard)
+		if apierrors.IsAlreadyExists(err) && generated && attempt < 5 {
 			continue
+		}
+		if errors.Is(err, storage.ErrGuardChanged) && attempt < 5 {
+			// The namespace changed since the check: look again, in etcd.
+			nsRev, nsErr := s.namespaceOpen(ctx, acc.GetNamespace(), true)
+			if nsErr != nil {
+				return nil, nsErr
+			}
+			guard[s.nsRes.store.Key("", acc.GetNamespace())] = nsRev
+			continue
+		}
+		if errors.Is(err, storage.ErrGuardChanged) {
+			return nil, s.storageError(req, err)
 		}
 		return stored, err
 	}
@@ -231,8 +249,9 @@ func (s *Server) createObject(ctx context.Context, req *apiRequest, obj runtime.
 // claimAndWrite allocates res.claims (if any) and writes obj — a create when
 // old is nil, else an update at oldRev. A value taken meanwhile by another
 // object is replaced and the write retried; a value the user asked for is
-// refused.
-func (s *Server) claimAndWrite(ctx context.Context, req *apiRequest, obj, old runtime.Object, oldRev int64, dryRun bool) (runtime.Object, error) {
+// refused. guard (may be nil) lists keys that must be unchanged: when one
+// changed, the raw storage.ErrGuardChanged is returned for the caller.
+func (s *Server) claimAndWrite(ctx context.Context, req *apiRequest, obj, old runtime.Object, oldRev int64, dryRun bool, guard map[string]int64) (runtime.Object, error) {
 	res := req.res
 	// assign writes its picks into the object: every attempt starts again
 	// from what the client sent, so a value picked by an earlier attempt is
@@ -262,6 +281,7 @@ func (s *Server) claimAndWrite(ctx context.Context, req *apiRequest, obj, old ru
 		}
 		var stored runtime.Object
 		var err error
+		claims.Unchanged = guard
 		if old == nil {
 			stored, err = res.store.Create(ctx, req.key(), obj, claims)
 		} else {
@@ -283,6 +303,9 @@ func (s *Server) claimAndWrite(ctx context.Context, req *apiRequest, obj, old ru
 		if err != nil {
 			if res.claims != nil {
 				res.claims.abandon(claims, requested, nil)
+			}
+			if errors.Is(err, storage.ErrGuardChanged) {
+				return nil, err
 			}
 			return nil, s.storageError(req, err)
 		}
@@ -354,7 +377,7 @@ func (s *Server) updateObject(ctx context.Context, req *apiRequest, wantRV strin
 		if apiequality.Semantic.DeepEqual(obj, cur) {
 			return cur, false, nil // a no-op update writes nothing, as in kube-apiserver
 		}
-		stored, err := s.claimAndWrite(ctx, req, obj, cur, curRev, dryRun)
+		stored, err := s.claimAndWrite(ctx, req, obj, cur, curRev, dryRun, nil)
 		if apierrors.IsConflict(err) && wantRV == "" && attempt < 10 {
 			continue
 		}
@@ -638,6 +661,8 @@ func (s *Server) storageError(req *apiRequest, err error) error {
 		return apierrors.NewBadRequest(err.Error())
 	case errors.Is(err, storage.ErrTooLarge):
 		return tooLargeResourceVersion()
+	case errors.Is(err, storage.ErrGuardChanged):
+		return apierrors.NewConflict(req.gr(), req.name, fmt.Errorf("the namespace kept changing while the object was written; try again"))
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return apierrors.NewTimeoutError("request did not complete in time", 1)
 	}
@@ -654,21 +679,35 @@ func tooLargeResourceVersion() error {
 
 var protectedNamespaces = map[string]bool{"default": true, "kube-system": true, "kube-public": true}
 
-// namespaceOpen refuses creates into a namespace that is missing or going away.
-func (s *Server) namespaceOpen(name string) error {
-	obj := s.nsRes.cache.Get(s.nsRes.store.Key("", name))
+// namespaceOpen refuses creates into a namespace that is missing or going
+// away, and returns the namespace's revision to guard the write with. fresh
+// reads etcd instead of the cache.
+func (s *Server) namespaceOpen(ctx context.Context, name string, fresh bool) (int64, error) {
+	key := s.nsRes.store.Key("", name)
+	var obj runtime.Object
+	if !fresh {
+		obj = s.nsRes.cache.Get(key)
+	}
 	if obj == nil {
 		// The cache may lag a namespace created a moment ago: ask etcd.
-		o, err := s.nsRes.store.Get(context.Background(), s.nsRes.store.Key("", name))
+		o, err := s.nsRes.store.Get(ctx, key)
+		if errors.Is(err, storage.ErrNotFound) {
+			return 0, apierrors.NewNotFound(grNamespaces, name)
+		}
 		if err != nil {
-			return apierrors.NewNotFound(grNamespaces, name)
+			return 0, s.storageError(&apiRequest{res: s.nsRes, name: name}, err)
 		}
 		obj = o
 	}
-	if ns := obj.(*corev1.Namespace); ns.DeletionTimestamp != nil {
-		return apierrors.NewForbidden(grNamespaces, name, fmt.Errorf("unable to create new content in namespace %s because it is being terminated", name))
+	ns := obj.(*corev1.Namespace)
+	if ns.DeletionTimestamp != nil {
+		return 0, apierrors.NewForbidden(grNamespaces, name, fmt.Errorf("unable to create new content in namespace %s because it is being terminated", name))
 	}
-	return nil
+	rev, err := strconv.ParseInt(ns.ResourceVersion, 10, 64)
+	if err != nil {
+		return 0, apierrors.NewInternalError(fmt.Errorf("namespace %s has resourceVersion %q", name, ns.ResourceVersion))
+	}
+	return rev, nil
 }
 
 func validateBinding(b *corev1.Binding, podName string) field.ErrorList {

@@ -16,6 +16,8 @@ var (
 	ErrExpired = errors.New("too old resource version")
 	// ErrTooLarge: the requested revision is newer than the store has seen.
 	ErrTooLarge = errors.New("too large resource version")
+	// ErrGuardChanged: a key in Claims.Unchanged was modified or removed.
+	ErrGuardChanged = errors.New("a key the write depends on has changed")
 )
 
 // ClaimedError reports extra keys (allocations) that another object already

@@ -18,10 +18,14 @@ import (
 
 // Claims are extra keys written or removed in the same transaction as an
 // object: Put keys must not exist yet (the transaction fails with a
-// *ClaimedError otherwise); Release keys are deleted.
+// *ClaimedError otherwise); Release keys are deleted. Unchanged keys must
+// still have the given mod revision (0: must not exist), or the transaction
+// fails with ErrGuardChanged — a create into a namespace is guarded by the
+// namespace, so none slips in once its deletion has begun.
 type Claims struct {
-	Put     map[string]string
-	Release []string
+	Put       map[string]string
+	Release   []string
+	Unchanged map[string]int64
 }
 
 // Store reads and writes the objects of one resource under one key prefix.
@@ -198,8 +202,16 @@ func (s *Store) txn(ctx context.Context, cmps []clientv3.Cmp, ops []clientv3.Op,
 	for _, k := range claims.Release {
 		ops = append(ops, clientv3.OpDelete(k))
 	}
+	guardKeys := make([]string, 0, len(claims.Unchanged))
+	for k, rev := range claims.Unchanged {
+		guardKeys = append(guardKeys, k)
+		cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(k), "=", rev))
+	}
 	orElse := []clientv3.Op{clientv3.OpGet(key, clientv3.WithKeysOnly())}
 	for _, k := range claimKeys {
+		orElse = append(orElse, clientv3.OpGet(k, clientv3.WithKeysOnly()))
+	}
+	for _, k := range guardKeys {
 		orElse = append(orElse, clientv3.OpGet(k, clientv3.WithKeysOnly()))
 	}
 	resp, err := s.client.Txn(ctx).If(cmps...).Then(ops...).Else(orElse...).Commit()
@@ -216,8 +228,17 @@ func (s *Store) txn(ctx context.Context, cmps []clientv3.Cmp, ops []clientv3.Op,
 	if curRev != wantRev {
 		return nil, errKeyMismatch
 	}
+	for i, r := range resp.Responses[1+len(claimKeys):] {
+		var rev int64
+		if kvs := r.GetResponseRange().GetKvs(); len(kvs) > 0 {
+			rev = kvs[0].ModRevision
+		}
+		if rev != claims.Unchanged[guardKeys[i]] {
+			return nil, fmt.Errorf("%w: %s", ErrGuardChanged, guardKeys[i])
+		}
+	}
 	var taken []string
-	for i, r := range resp.Responses[1:] {
+	for i, r := range resp.Responses[1 : 1+len(claimKeys)] {
 		if rr := r.GetResponseRange(); rr != nil && len(rr.Kvs) > 0 {
 			taken = append(taken, claimKeys[i])
 		}
