@@ -364,7 +364,7 @@ func (s *Server) updateObject(ctx context.Context, req *apiRequest, wantRV strin
 		curAcc, _ := meta.Accessor(cur)
 		curRev, _ := strconv.ParseInt(curAcc.GetResourceVersion(), 10, 64)
 		if wantRV != "" && wantRV != curAcc.GetResourceVersion() {
-			return nil, false, apierrors.NewConflict(req.gr(), req.name, storage.ErrConflict)
+			return nil, false, s.storageError(req, storage.ErrConflict)
 		}
 		next, err := mutate(cur.DeepCopyObject())
 		if err != nil {

@@ -113,7 +113,7 @@ func (s *Server) watch(w http.ResponseWriter, r *http.Request, req *apiRequest) 
 		if err != nil {
 			if errors.Is(err, storage.ErrExpired) {
 				enc.status(apierrors.NewResourceExpired("the watch cache was reset; relist"))
-			} else if ctx.Err() == nil && r.Context().Err() == nil {
+			} else if ctx.Err() == nil && r.Context().Err() == nil && !errors.Is(err, storage.ErrShuttingDown) {
 				enc.status(apierrors.NewInternalError(err))
 			}
 			return

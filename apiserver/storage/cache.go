@@ -92,7 +92,7 @@ func (c *Cache) Run(ctx context.Context) {
 	}
 	c.mu.Lock()
 	for w := range c.watchers {
-		w.stop(fmt.Errorf("server shutting down"))
+		w.stop(ErrShuttingDown)
 	}
 	c.mu.Unlock()
 }

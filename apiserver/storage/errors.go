@@ -14,6 +14,9 @@ var (
 	ErrConflict = errors.New("the object has been modified")
 	// ErrExpired: the requested revision has been compacted away.
 	ErrExpired = errors.New("too old resource version")
+	// ErrShuttingDown ends watches when the server stops; clients simply
+	// reconnect, as the stream just closes.
+	ErrShuttingDown = errors.New("server shutting down")
 	// ErrTooLarge: the requested revision is newer than the store has seen.
 	ErrTooLarge = errors.New("too large resource version")
 	// ErrGuardChanged: a key in Claims.Unchanged was modified or removed.
