@@ -19,8 +19,9 @@ type subcommand struct {
 
 func subcommands() map[string]subcommand {
 	return map[string]subcommand{
-		"apiserver": {"Kubernetes-compatible API server on etcd (embedded by default)", runAPIServer},
-		"version":   {"print the version", runVersion},
+		"apiserver":          {"Kubernetes-compatible API server on etcd (embedded by default)", runAPIServer},
+		"version":            {"print the version", runVersion},
+		"controller-manager": {"node IPAM, EndpointSlices, LoadBalancer IPs, node lifecycle, scheduler, cloud routes", runControllerManager},
 	}
 }
 

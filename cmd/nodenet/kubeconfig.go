@@ -1,0 +1,25 @@
+package main
+
+import (
+	"fmt"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// restConfig loads --kubeconfig, or the in-cluster config when it is empty
+// (the DaemonSet case), like every Kubernetes component.
+func restConfig(kubeconfig string, qps float32, burst int) (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
+	if kubeconfig == "" {
+		cfg, err = rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("--kubeconfig not given and not running in a cluster: %w", err)
+		}
+	} else if cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
+		return nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
+	}
+	cfg.QPS, cfg.Burst = qps, burst
+	return cfg, nil
+}

@@ -1,0 +1,29 @@
+// Package nodelifecycle notices nodes that stopped heartbeating and makes the
+// rest of the cluster stop relying on them, the part of kube-controller-
+// manager's node lifecycle controller this suite needs.
+//
+// A node heartbeats by renewing its Lease in kube-node-lease (named after
+// the node) and, less often, by posting its Ready condition. When neither
+// has moved for --node-monitor-grace-period, the node's Ready condition is
+// set to Unknown (reason NodeStatusUnknown), it gets the
+// node.kubernetes.io/unreachable taints (NoSchedule keeps the scheduler away,
+// NoExecute tells tolerating workloads the node is gone), and the Ready and
+// ContainersReady conditions of its pods are set to False (reason
+// NodeNotReady) so the EndpointSlice controller takes them out of service.
+//
+// Heartbeat age is measured on this controller's clock, from the moment a
+// change of the heartbeat was observed, not from the timestamps the node
+// wrote: a node whose clock is off must not look dead (or alive). The price,
+// as upstream, is that after a restart a silent node is noticed one grace
+// period later, unless it was already marked before the restart.
+//
+// When the lease is renewed again the unreachable taints are removed, and
+// Ready is set back to True (reason NodeLeaseRenewed) if and only if this
+// controller set it to Unknown; in this suite the node agent heartbeats
+// mainly through the lease, so nobody else would. Pod readiness is not
+// restored here: only the node agent (the kubelet's role) knows whether the
+// containers are ready again, and it posts that itself.
+//
+// Evicting pods from unreachable nodes (upstream's taint manager acting on
+// the NoExecute taint) is not done.
+package nodelifecycle

@@ -1,0 +1,206 @@
+package nodelifecycle
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/nodenet/nodenet/internal/testapi"
+)
+
+const (
+	grace   = 2 * time.Second
+	period  = 500 * time.Millisecond
+	timeout = 20 * time.Second
+)
+
+func startController(t *testing.T, client kubernetes.Interface) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(testapi.Context(t))
+	factory := informers.NewSharedInformerFactory(client, 0)
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
+	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nodenet-nodelifecycle"})
+	c, err := New(client, factory, Options{NodeMonitorGracePeriod: grace, NodeMonitorPeriod: period}, recorder, testapi.Logger())
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	factory.Start(ctx.Done())
+	var wg sync.WaitGroup
+	wg.Go(func() { c.Run(ctx, 2) })
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			wg.Wait()
+			factory.Shutdown()
+			broadcaster.Shutdown()
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// createNode registers a node that reports Ready.
+func createNode(t *testing.T, client kubernetes.Interface, name string) {
+	t.Helper()
+	now := metav1.Now()
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{
+			Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+			LastHeartbeatTime: now, LastTransitionTime: now,
+		}}},
+	}
+	if _, err := client.CoreV1().Nodes().Create(testapi.Context(t), node, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create node %s: %v", name, err)
+	}
+}
+
+// heartbeat renews a node's lease every 200 ms, as a node agent would.
+type heartbeat struct {
+	mu        sync.Mutex
+	lastStart time.Time // when the last successful renewal was sent
+	cancel    context.CancelFunc
+	done      chan struct{}
+}
+
+func startHeartbeat(t *testing.T, client kubernetes.Interface, name string) *heartbeat {
+	t.Helper()
+	ctx, cancel := context.WithCancel(testapi.Context(t))
+	h := &heartbeat{cancel: cancel, done: make(chan struct{})}
+	leases := client.CoordinationV1().Leases(LeaseNamespace)
+	renew := func() {
+		start := time.Now()
+		now := metav1.NewMicroTime(start)
+		l, err := leases.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			dur := int32(40)
+			l = &coordinationv1.Lease{
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: LeaseNamespace},
+				Spec:       coordinationv1.LeaseSpec{HolderIdentity: &name, LeaseDurationSeconds: &dur, RenewTime: &now},
+			}
+			_, err = leases.Create(ctx, l, metav1.CreateOptions{})
+		} else {
+			l.Spec.RenewTime = &now
+			_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+		}
+		if err == nil {
+			h.mu.Lock()
+			h.lastStart = start
+			h.mu.Unlock()
+		} else if ctx.Err() == nil {
+			t.Logf("renew lease %s: %v", name, err)
+		}
+	}
+	renew()
+	go func() {
+		defer close(h.done)
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				renew()
+			}
+		}
+	}()
+	t.Cleanup(func() { h.stop() })
+	return h
+}
+
+// stop ends the heartbeat and returns when the last renewal was sent.
+func (h *heartbeat) stop() time.Time {
+	h.cancel()
+	<-h.done
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.lastStart
+}
+
+// createReadyPod puts a running, ready pod on the node.
+func createReadyPod(t *testing.T, client kubernetes.Interface, name, node string) {
+	t.Helper()
+	ctx := testapi.Context(t)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: corev1.PodSpec{
+			NodeName:   node,
+			Containers: []corev1.Container{{Name: "app", Image: "busybox"}},
+		},
+	}
+	created, err := client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create pod %s: %v", name, err)
+	}
+	now := metav1.Now()
+	created.Status.Phase = corev1.PodRunning
+	created.Status.Conditions = []corev1.PodCondition{
+		{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+	}
+	if _, err := client.CoreV1().Pods("default").UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("mark pod %s ready: %v", name, err)
+	}
+}
+
+func getNode(t *testing.T, client kubernetes.Interface, name string) *corev1.Node {
+	t.Helper()
+	n, err := client.CoreV1().Nodes().Get(testapi.Context(t), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get node %s: %v", name, err)
+	}
+	return n
+}
+
+func readyOf(n *corev1.Node) corev1.NodeCondition {
+	if c := readyCondition(n); c != nil {
+		return *c
+	}
+	return corev1.NodeCondition{}
+}
+
+func podCondition(t *testing.T, client kubernetes.Interface, name string, typ corev1.PodConditionType) corev1.PodCondition {
+	t.Helper()
+	p, err := client.CoreV1().Pods("default").Get(testapi.Context(t), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("get pod %s: %v", name, err)
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == typ {
+			return c
+		}
+	}
+	return corev1.PodCondition{}
+}
+
+func unreachableTaintCount(n *corev1.Node) int {
+	count := 0
+	for _, t := range n.Spec.Taints {
+		if t.Key == corev1.TaintNodeUnreachable {
+			count++
+		}
+	}
+	return count
+}
+
+// assertHealthy fails if the node is not Ready=True without taints.
+func assertHealthy(t *testing.T, client kubernetes.Interface, name string) {
+	t.Helper()
+	n := getNode(t, client, name)
+	if r := readyOf(n); r.Status != corev1.ConditionTrue || unreachableTaintCount(n) != 0 {
+		t.Errorf("node %s: Ready=%s (%s), %d unreachable taints; want Ready=True and no taints", name, r.Status, r.Reason, unreachableTaintCount(n))
+	}
+}

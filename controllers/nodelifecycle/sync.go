@@ -1,0 +1,252 @@
+package nodelifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Condition reasons and messages, as upstream writes them where upstream
+// has one.
+const (
+	ReasonNodeStatusUnknown = "NodeStatusUnknown"
+	ReasonNodeLeaseRenewed  = "NodeLeaseRenewed"
+	ReasonNodeNotReady      = "NodeNotReady"
+	messageStatusUnknown    = "Kubelet stopped posting node status."
+	messageLeaseRenewed     = "Node lease renewed."
+)
+
+// unreachableTaints are what an unreachable node carries: NoSchedule keeps
+// new pods off, NoExecute announces it to pods that tolerate it for a while.
+var unreachableTaints = []corev1.Taint{
+	{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoSchedule},
+	{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute},
+}
+
+// deadlineSlack lets the deadline check run just after the grace period
+// ended rather than a hair before it.
+const deadlineSlack = 10 * time.Millisecond
+
+func (c *Controller) sync(ctx context.Context, name string) error {
+	node, err := c.nodes.Get(name)
+	if apierrors.IsNotFound(err) {
+		c.mu.Lock()
+		delete(c.health, name)
+		c.mu.Unlock()
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("get node %s: %w", name, err)
+	}
+	lease, err := c.leases.Leases(LeaseNamespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		lease = nil
+	} else if err != nil {
+		return fmt.Errorf("get lease %s/%s: %w", LeaseNamespace, name, err)
+	}
+
+	now := time.Now()
+	observed := c.observe(node, lastHeartbeat(node, lease), now)
+	if left := observed.Add(c.opts.NodeMonitorGracePeriod).Sub(now); left > 0 {
+		c.setUnreachable(name, false)
+		c.queue.AddAfter(name, left+deadlineSlack)
+		return c.markReachable(ctx, node, lease)
+	}
+	c.setUnreachable(name, true)
+	return c.markUnreachable(ctx, node)
+}
+
+// lastHeartbeat is the newest sign of life of a node. Creation counts, so
+// that a node that just registered is not marked before it could renew.
+func lastHeartbeat(node *corev1.Node, lease *coordinationv1.Lease) time.Time {
+	t := node.CreationTimestamp.Time
+	if ready := readyCondition(node); ready != nil && ready.LastHeartbeatTime.After(t) {
+		t = ready.LastHeartbeatTime.Time
+	}
+	if lease != nil && lease.Spec.RenewTime != nil && lease.Spec.RenewTime.After(t) {
+		t = lease.Spec.RenewTime.Time
+	}
+	return t
+}
+
+// observe records the heartbeat and returns when it was (first) seen.
+func (c *Controller) observe(node *corev1.Node, signal, now time.Time) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := c.health[node.Name]
+	switch {
+	case h == nil:
+		h = &health{signal: signal, observed: now}
+		// A node marked before a restart stays marked until it really
+		// heartbeats again; otherwise every restart would flip it back to
+		// Ready for a grace period.
+		if markedByUs(node) && signal.Before(now) {
+			h.observed = signal
+		}
+		c.health[node.Name] = h
+	case signal.After(h.signal):
+		h.signal, h.observed = signal, now
+	}
+	return h.observed
+}
+
+func (c *Controller) setUnreachable(name string, unreachable bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if h := c.health[name]; h != nil {
+		h.unreachable = unreachable
+	}
+}
+
+func readyCondition(node *corev1.Node) *corev1.NodeCondition {
+	for i := range node.Status.Conditions {
+		if node.Status.Conditions[i].Type == corev1.NodeReady {
+			return &node.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// markedByUs reports whether this controller set the node's Ready to Unknown.
+func markedByUs(node *corev1.Node) bool {
+	ready := readyCondition(node)
+	return ready != nil && ready.Status == corev1.ConditionUnknown && ready.Reason == ReasonNodeStatusUnknown
+}
+
+// setReady replaces (or adds) the node's Ready condition.
+func setReady(node *corev1.Node, cond corev1.NodeCondition) {
+	if ready := readyCondition(node); ready != nil {
+		*ready = cond
+		return
+	}
+	node.Status.Conditions = append(node.Status.Conditions, cond)
+}
+
+// markUnreachable sets Ready Unknown, taints the node and takes its pods out
+// of service. Each step checks first, so a retry only redoes what failed.
+func (c *Controller) markUnreachable(ctx context.Context, node *corev1.Node) error {
+	now := metav1.Now()
+	if ready := readyCondition(node); ready == nil || ready.Status != corev1.ConditionUnknown {
+		upd := node.DeepCopy()
+		cond := corev1.NodeCondition{
+			Type: corev1.NodeReady, Status: corev1.ConditionUnknown,
+			Reason: ReasonNodeStatusUnknown, Message: messageStatusUnknown,
+			LastTransitionTime: now,
+		}
+		if ready != nil {
+			// The heartbeat stays what the node last posted: that is the
+			// evidence of when it was last alive.
+			cond.LastHeartbeatTime = ready.LastHeartbeatTime
+		}
+		setReady(upd, cond)
+		out, err := c.client.CoreV1().Nodes().UpdateStatus(ctx, upd, metav1.UpdateOptions{})
+		if err != nil {
+			return fmt.Errorf("set node %s Ready=Unknown: %w", node.Name, err)
+		}
+		node = out
+		c.log.Warn("node stopped heartbeating; marked unreachable", "node", node.Name, "grace", c.opts.NodeMonitorGracePeriod)
+		c.recorder.Eventf(node, corev1.EventTypeNormal, ReasonNodeNotReady, "Node %s status is now: NodeNotReady", node.Name)
+	}
+	if missing := missingTaints(node); len(missing) > 0 {
+		upd := node.DeepCopy()
+		for _, t := range missing {
+			t.TimeAdded = &now
+			upd.Spec.Taints = append(upd.Spec.Taints, t)
+		}
+		if _, err := c.client.CoreV1().Nodes().Update(ctx, upd, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("taint node %s unreachable: %w", node.Name, err)
+		}
+	}
+	return c.markPodsNotReady(ctx, node.Name)
+}
+
+// markReachable undoes what markUnreachable did to the node itself.
+func (c *Controller) markReachable(ctx context.Context, node *corev1.Node, lease *coordinationv1.Lease) error {
+	if lease != nil && lease.Spec.RenewTime != nil && markedByUs(node) {
+		upd := node.DeepCopy()
+		setReady(upd, corev1.NodeCondition{
+			Type: corev1.NodeReady, Status: corev1.ConditionTrue,
+			Reason: ReasonNodeLeaseRenewed, Message: messageLeaseRenewed,
+			LastHeartbeatTime:  metav1.NewTime(lease.Spec.RenewTime.Time),
+			LastTransitionTime: metav1.Now(),
+		})
+		out, err := c.client.CoreV1().Nodes().UpdateStatus(ctx, upd, metav1.UpdateOptions{})
+		if err != nil {
+			return fmt.Errorf("set node %s Ready=True: %w", node.Name, err)
+		}
+		node = out
+		c.log.Info("node lease renewed; marked ready", "node", node.Name)
+		c.recorder.Eventf(node, corev1.EventTypeNormal, "NodeReady", "Node %s status is now: NodeReady", node.Name)
+	}
+	if len(missingTaints(node)) < len(unreachableTaints) {
+		upd := node.DeepCopy()
+		upd.Spec.Taints = nil
+		for _, t := range node.Spec.Taints {
+			if t.Key != corev1.TaintNodeUnreachable {
+				upd.Spec.Taints = append(upd.Spec.Taints, t)
+			}
+		}
+		if _, err := c.client.CoreV1().Nodes().Update(ctx, upd, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("untaint node %s: %w", node.Name, err)
+		}
+	}
+	return nil
+}
+
+func missingTaints(node *corev1.Node) []corev1.Taint {
+	var missing []corev1.Taint
+	for _, want := range unreachableTaints {
+		found := false
+		for _, t := range node.Spec.Taints {
+			found = found || (t.Key == want.Key && t.Effect == want.Effect)
+		}
+		if !found {
+			missing = append(missing, want)
+		}
+	}
+	return missing
+}
+
+// markPodsNotReady sets Ready and ContainersReady False on the node's pods,
+// which takes them out of EndpointSlices.
+func (c *Controller) markPodsNotReady(ctx context.Context, nodeName string) error {
+	objs, err := c.pods.ByIndex(podsByNode, nodeName)
+	if err != nil {
+		return fmt.Errorf("list pods of node %s: %w", nodeName, err)
+	}
+	var errs []error
+	for _, obj := range objs {
+		pod, ok := obj.(*corev1.Pod)
+		if !ok || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		upd := pod.DeepCopy()
+		changed := false
+		for i := range upd.Status.Conditions {
+			cond := &upd.Status.Conditions[i]
+			if (cond.Type == corev1.PodReady || cond.Type == corev1.ContainersReady) && cond.Status != corev1.ConditionFalse {
+				cond.Status = corev1.ConditionFalse
+				cond.Reason = ReasonNodeNotReady
+				cond.Message = fmt.Sprintf("Node %s is unreachable", nodeName)
+				cond.LastTransitionTime = metav1.Now()
+				changed = true
+			}
+		}
+		if !changed {
+			continue
+		}
+		_, err := c.client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, upd, metav1.UpdateOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("mark pod %s/%s not ready: %w", pod.Namespace, pod.Name, err))
+			continue
+		}
+		c.log.Info("marked pod not ready", "pod", pod.Namespace+"/"+pod.Name, "node", nodeName)
+	}
+	return errors.Join(errs...)
+}
