@@ -51,7 +51,8 @@ type Controller struct {
 	// freed, so it is never handed out a third time.
 	claims map[netip.Prefix][]string
 	// waiting are Nodes that found the cluster CIDR full; they are
-	// requeued whenever a CIDR is released.
+	// requeued whenever a CIDR is released. The value tells whether their
+	// NetworkUnavailable condition is written (the cache may lag behind).
 	waiting map[string]bool
 	// warned remembers the last problem reported per Node so that resyncs
 	// do not repeat the Event.

@@ -102,10 +102,16 @@ func (c *Controller) assign(ctx context.Context, node *corev1.Node) error {
 		}
 		cidrs, err := c.allocateLocked(name)
 		if err != nil {
-			first := !c.waiting[name]
-			c.waiting[name] = true
+			condWritten, seen := c.waiting[name]
+			c.waiting[name] = condWritten
 			c.mu.Unlock()
-			return c.exhausted(ctx, node, first, err)
+			condWritten, err = c.exhausted(ctx, node, !seen, condWritten, err)
+			c.mu.Lock()
+			if _, ok := c.waiting[name]; ok {
+				c.waiting[name] = condWritten
+			}
+			c.mu.Unlock()
+			return err
 		}
 		a = &assignment{cidrs: cidrs}
 		c.byNode[name] = a
@@ -149,21 +155,23 @@ func (c *Controller) assign(ctx context.Context, node *corev1.Node) error {
 	return fmt.Errorf("patch node %s podCIDRs %v: %w", name, cidrs, err)
 }
 
-// exhausted reports a Node that found a cluster CIDR full and returns err so
-// that it is retried with backoff.
-func (c *Controller) exhausted(ctx context.Context, node *corev1.Node, first bool, err error) error {
+// exhausted reports a Node that found a cluster CIDR full: an Event the
+// first time, the NetworkUnavailable condition unless written already. It
+// returns whether the condition is written, and err so that the Node is
+// retried with backoff.
+func (c *Controller) exhausted(ctx context.Context, node *corev1.Node, first, condWritten bool, err error) (bool, error) {
 	msg := fmt.Sprintf("no pod CIDR available: %v", err)
 	if first {
 		c.log.Warn("cluster CIDR exhausted; node waits for a release", "node", node.Name, "err", err)
 		c.recorder.Eventf(node, corev1.EventTypeWarning, ReasonCIDRNotAvailable, "Node %s: %s", node.Name, msg)
 	}
-	if hasUnavailable(node, corev1.ConditionTrue, ConditionReasonNoCIDR) {
-		return err
+	if condWritten || hasUnavailable(node, corev1.ConditionTrue, ConditionReasonNoCIDR) {
+		return true, err
 	}
 	if perr := c.patchUnavailable(ctx, node.Name, corev1.ConditionTrue, ConditionReasonNoCIDR, msg); perr != nil {
-		return errors.Join(err, perr)
+		return false, errors.Join(err, perr)
 	}
-	return err
+	return true, err
 }
 
 // clearUnavailable takes back the NetworkUnavailable=True this controller
