@@ -200,10 +200,14 @@ func (c *Cache) apply(ev *clientv3.Event) error {
 	}
 	c.rev = e.Rev
 	c.ring = append(c.ring, e)
-	if len(c.ring) > c.capacity {
+	// Trim lazily, in place, once the ring holds twice its capacity: the
+	// cost per event stays constant instead of copying the ring each time.
+	if len(c.ring) >= 2*c.capacity {
 		drop := len(c.ring) - c.capacity
 		c.coverRev = c.ring[drop-1].Rev
-		c.ring = append(c.ring[:0:0], c.ring[drop:]...)
+		n := copy(c.ring, c.ring[drop:])
+		clear(c.ring[n:])
+		c.ring = c.ring[:n]
 	}
 	for w := range c.watchers {
 		w.push(e)
