@@ -29,10 +29,13 @@ deps:
 # "needs root" skip into a failure, so CI cannot pass by skipping.
 test: deps
 	$(GO) vet $(PKGS)
+	@ip netns list 2>/dev/null | awk '{print $$1}' | sort > .netns-before || true
 	NODENET_PRIVILEGED=$${NODENET_PRIVILEGED:-$$( [ "$$(id -u)" = 0 ] && echo 1 || echo 0 )} \
 		$(GO) test -count=1 -timeout 30m $(PKGS)
-	@leftover=$$(ip netns list 2>/dev/null | grep -E '^nnt-' || true); \
-		if [ -n "$$leftover" ]; then echo "tests left network namespaces behind: $$leftover"; exit 1; fi
+	@ip netns list 2>/dev/null | awk '{print $$1}' | sort | comm -13 .netns-before - | grep -E '^nnt-' > .netns-left || true; \
+		rm -f .netns-before; \
+		if [ -s .netns-left ]; then echo "tests left network namespaces behind:"; cat .netns-left; rm -f .netns-left; exit 1; fi; \
+		rm -f .netns-left
 
 test-short:
 	$(GO) test -short -count=1 $(PKGS)
