@@ -701,7 +701,13 @@ func (s *Server) namespaceOpen(ctx context.Context, name string, fresh bool) (in
 	}
 	ns := obj.(*corev1.Namespace)
 	if ns.DeletionTimestamp != nil {
-		return 0, apierrors.NewForbidden(grNamespaces, name, fmt.Errorf("unable to create new content in namespace %s because it is being terminated", name))
+		err := apierrors.NewForbidden(grNamespaces, name, fmt.Errorf("unable to create new content in namespace %s because it is being terminated", name))
+		// Controllers (the EndpointSlice one among them) branch on this cause.
+		err.ErrStatus.Details.Causes = append(err.ErrStatus.Details.Causes, metav1.StatusCause{
+			Type: corev1.NamespaceTerminatingCause, Field: "metadata.namespace",
+			Message: fmt.Sprintf("namespace %s is being terminated", name),
+		})
+		return 0, err
 	}
 	rev, err := strconv.ParseInt(ns.ResourceVersion, 10, 64)
 	if err != nil {

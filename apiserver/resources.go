@@ -53,9 +53,10 @@ type resource struct {
 }
 
 // tracksGeneration: objects with a spec/status split count spec changes in
-// metadata.generation, as kube-apiserver does for pods and services.
+// metadata.generation, as kube-apiserver does for pods and services, and so
+// do EndpointSlices (their controllers compare generations).
 func (r *resource) tracksGeneration() bool {
-	return r.hasStatus && r.kind != "Namespace" && r.kind != "Node"
+	return (r.hasStatus && r.kind != "Namespace" && r.kind != "Node") || r.kind == "EndpointSlice"
 }
 
 func (r *resource) gvk() schema.GroupVersionKind { return r.gv.WithKind(r.kind) }

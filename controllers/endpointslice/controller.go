@@ -67,7 +67,6 @@ type Controller struct {
 	log      *slog.Logger
 
 	services corelisters.ServiceLister
-	pods     corelisters.PodLister
 	nodes    corelisters.NodeLister
 	slices   discoverylisters.EndpointSliceLister
 
@@ -119,7 +118,6 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, o
 		recorder:     recorder,
 		log:          log.With("controller", "endpointslice"),
 		services:     svcInf.Lister(),
-		pods:         podInf.Lister(),
 		nodes:        nodeInf.Lister(),
 		slices:       sliceInf.Lister(),
 		podIndex:     podInf.Informer().GetIndexer(),
@@ -174,7 +172,8 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, o
 }
 
 // Run waits for the caches, then syncs queued Services with workers
-// goroutines until ctx is done.
+// goroutines until ctx is done. A controller runs once: Run shuts its queue
+// down on return.
 func (c *Controller) Run(ctx context.Context, workers int) {
 	defer utilruntime.HandleCrash()
 	if !c.running.TryLock() {

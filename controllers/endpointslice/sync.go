@@ -20,12 +20,6 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if err != nil {
 		return nil // not a key we queued; retrying cannot fix it
 	}
-	existing, stale := c.tracker.view(key, func() []*discoveryv1.EndpointSlice { return c.managedSlices(key) })
-	if stale {
-		return errStaleCache
-	}
-	trigger := c.triggers.take(key)
-
 	svc, err := c.services.Services(ns).Get(name)
 	switch {
 	case apierrors.IsNotFound(err):
@@ -33,6 +27,11 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	case err != nil:
 		return fmt.Errorf("get service %s: %w", key, err)
 	}
+	existing, stale := c.tracker.view(key, func() []*discoveryv1.EndpointSlice { return c.managedSlices(key) })
+	if stale {
+		return errStaleCache
+	}
+	trigger := c.triggers.take(key)
 
 	var p plan
 	if svc == nil || !selectorManaged(svc) {
