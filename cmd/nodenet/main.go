@@ -22,6 +22,7 @@ func subcommands() map[string]subcommand {
 		"apiserver":          {"Kubernetes-compatible API server on etcd (embedded by default)", runAPIServer},
 		"version":            {"print the version", runVersion},
 		"controller-manager": {"node IPAM, EndpointSlices, LoadBalancer IPs, node lifecycle, scheduler, cloud routes", runControllerManager},
+		"flanneld":           {"flannel-compatible node network daemon (host-gw, vxlan, ip-masq)", runFlanneld},
 	}
 }
 

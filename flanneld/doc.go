@@ -1,0 +1,34 @@
+// Package flanneld is nodenet's drop-in for upstream flanneld: it gives its
+// node a share of the cluster network (a subnet per IP family), tells the
+// CNI plugin about it through subnet.env, and connects that subnet to every
+// other node's.
+//
+// The pieces, in the order a Daemon runs them:
+//
+//   - Config (config.go): net-conf.json, upstream's keys, validated before
+//     anything touches the kernel.
+//   - the external interface (iface_linux.go): --iface / --iface-regex /
+//     --iface-can-reach / the default route's interface, read-only.
+//   - a subnet manager: kube mode (kubesm.go) takes node.spec.podCIDRs and
+//     publishes flannel's node annotations; lease mode (leasesm.go) claims a
+//     subnet itself through coordination.k8s.io Leases named after the
+//     subnet, so the API server's create is the atomic claim.
+//   - a backend (hostgw_linux.go, vxlan_linux.go) that turns the peers'
+//     leases into routes, neighbours and FDB entries through routes/.
+//   - ip-masq rules (masq*.go) in iptables or nftables, in chains/tables of
+//     our own.
+//   - subnet.env (flanneld/subnetenv), then the CNI conflist (cniconf.go),
+//     only once the backend is up, so the CNI plugin never sees a conflist
+//     without its subnet.env.
+//
+// Everything kernel-side goes through a Netns (netns_linux.go): "" is the
+// daemon's own namespace (the DaemonSet), a name or path runs the same code
+// against a node namespace of a local cluster or a test.
+//
+// Informer handlers never touch the kernel: they nudge a runner
+// (runner.go) that reconciles the whole desired state, rate-limited, and
+// again every resync period. Cancelling Run (SIGTERM) leaves the data plane
+// as it is, so a restart does not drop traffic; a restarted daemon
+// reconciles only after its caches have synced, so it never removes a route
+// merely because it has not heard of the peer yet.
+package flanneld

@@ -1,0 +1,10 @@
+package flanneld
+
+import (
+	"os"
+	"testing"
+
+	"github.com/nodenet/nodenet/internal/nettest"
+)
+
+func TestMain(m *testing.M) { os.Exit(nettest.CheckNoLeaks(m)) }

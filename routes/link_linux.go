@@ -1,0 +1,23 @@
+package routes
+
+import (
+	"fmt"
+
+	"github.com/vishvananda/netlink"
+)
+
+// OpenHandle returns an rtnetlink handle whose socket lives in the network
+// namespace ns (a path, an iproute2 name, or "" for the caller's own), for
+// daemons that manage links and addresses beside their routes. The caller
+// closes it. A socket timeout bounds every request, as for NetlinkTable.
+func OpenHandle(ns string) (*netlink.Handle, error) {
+	h, err := openHandle(ns)
+	if err != nil {
+		return nil, err
+	}
+	if err := h.SetSocketTimeout(socketTimeout); err != nil {
+		h.Close()
+		return nil, fmt.Errorf("set netlink socket timeout: %w", err)
+	}
+	return h, nil
+}
