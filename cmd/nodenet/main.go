@@ -23,6 +23,7 @@ func subcommands() map[string]subcommand {
 		"version":            {"print the version", runVersion},
 		"controller-manager": {"node IPAM, EndpointSlices, LoadBalancer IPs, node lifecycle, scheduler, cloud routes", runControllerManager},
 		"flanneld":           {"flannel-compatible node network daemon (host-gw, vxlan, ip-masq)", runFlanneld},
+		"proxy":              {"kube-proxy peer: Services and EndpointSlices as iptables or nftables rules", runProxy},
 	}
 }
 

@@ -1,0 +1,256 @@
+package bench
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/netip"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodenet/nodenet/internal/nettest"
+	"github.com/nodenet/nodenet/proxy"
+	"github.com/nodenet/nodenet/proxy/iptables"
+)
+
+var (
+	flagProxyScales   = flag.String("nodenet.proxy.services", "1000,10000", "comma-separated ClusterIP service counts for the proxy benchmarks")
+	flagProxyChanges  = flag.Int("nodenet.proxy.changes", 100, "EndpointSlice changes timed per scale")
+	flagProxyConnects = flag.Int("nodenet.proxy.connects", 200, "TCP connects through ClusterIPs timed per scale")
+	flagProxyVariant  = flag.String("nodenet.proxy.iptables", "nft", "iptables backend: nft or legacy")
+)
+
+// proxyBenchTopology is node + backend + client namespaces. The backend
+// answers on every address of 10.244.0.0/16 (an AnyIP local route), so each
+// endpoint has its own IP without adding thousands of addresses.
+type proxyBenchTopology struct {
+	node, backend, client *nettest.NS
+}
+
+func newProxyBenchTopology(b *testing.B) *proxyBenchTopology {
+	b.Helper()
+	t := &proxyBenchTopology{node: nettest.New(b), backend: nettest.New(b), client: nettest.New(b)}
+	nettest.Link(b, t.node, "be0", "10.250.0.1/30", t.backend, "eth0", "10.250.0.2/30")
+	nettest.Link(b, t.node, "c0", "192.168.77.1/24", t.client, "eth0", "192.168.77.2/24")
+	t.node.MustExec(b, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+	t.node.MustExec(b, "ip", "route", "add", "10.244.0.0/16", "via", "10.250.0.2")
+	t.backend.MustExec(b, "ip", "route", "add", "local", "10.244.0.0/16", "dev", "lo")
+	t.backend.MustExec(b, "ip", "route", "add", "default", "via", "10.250.0.1")
+	t.client.MustExec(b, "ip", "route", "add", "default", "via", "192.168.77.1")
+	var ln net.Listener
+	if err := t.backend.Do(func() error {
+		var err error
+		ln, err = net.Listen("tcp", ":8080")
+		return err
+	}); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return t
+}
+
+func addrN(base netip.Addr, n int) netip.Addr {
+	a := base.As4()
+	v := uint32(a[0])<<24 | uint32(a[1])<<16 | uint32(a[2])<<8 | uint32(a[3])
+	v += uint32(n)
+	return netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+}
+
+var (
+	benchVIPBase = netip.MustParseAddr("10.96.0.0")
+	benchEPBase  = netip.MustParseAddr("10.244.0.0")
+)
+
+func benchService(i int) *corev1.Service {
+	ip := addrN(benchVIPBase, i+1).String()
+	return &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: fmt.Sprintf("svc-%05d", i), ResourceVersion: "1"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeClusterIP, ClusterIP: ip, ClusterIPs: []string{ip},
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}}},
+	}
+}
+
+func benchSlice(i int, rv string, eps ...netip.Addr) *discoveryv1.EndpointSlice {
+	name, port, proto := "http", int32(8080), corev1.ProtocolTCP
+	sl := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "bench", Name: fmt.Sprintf("svc-%05d-a", i), ResourceVersion: rv,
+			Labels: map[string]string{discoveryv1.LabelServiceName: fmt.Sprintf("svc-%05d", i)}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: &name, Port: &port, Protocol: &proto}},
+	}
+	node := "elsewhere"
+	for _, e := range eps {
+		sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{e.String()}, NodeName: &node})
+	}
+	return sl
+}
+
+// procStatus reads a kB field of /proc/self/status in MiB.
+func procStatus(field string) float64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(l, field+":") {
+			f := strings.Fields(l)
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// BenchmarkProxyIPTables: the proxy core + iptables data plane programming
+// a throwaway node namespace with N ClusterIP services × 2 endpoints.
+// The tracker is fed directly (what the informers would deliver), so the
+// figures are the proxy's own: no API server in the process.
+// Reports: full sync (cold) and restart sync (a new proxy converging on
+// existing rules), Go heap in use and peak RSS of the process after the
+// sync, one EndpointSlice change → iptables-restore committed (p50/p99),
+// and TCP connect latency through a random ClusterIP (p50/p99).
+func BenchmarkProxyIPTables(b *testing.B) {
+	nettest.RequirePrivileged(b)
+	for _, s := range strings.Split(*flagProxyScales, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil {
+			b.Fatalf("-nodenet.proxy.services: %v", err)
+		}
+		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
+			for range b.N {
+				runProxyIPTablesBench(b, n)
+			}
+		})
+	}
+}
+
+func runProxyIPTablesBench(b *testing.B, n int) {
+	ctx := context.Background()
+	topo := newProxyBenchTopology(b)
+	runner := iptables.ExecRunner{Prefix: []string{"ip", "netns", "exec", topo.node.Name()}, Family: proxy.IPv4, Variant: iptables.Variant(*flagProxyVariant)}
+	newProxy := func() *proxy.Proxy {
+		p, err := proxy.New(proxy.Config{
+			NodeName:     "bench-node",
+			ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")},
+		}, map[proxy.Family]proxy.DataPlane{proxy.IPv4: iptables.New(proxy.IPv4, runner, nil)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for i := range n {
+			p.Tracker().SetService(benchService(i))
+			p.Tracker().SetEndpointSlice(benchSlice(i, "1", addrN(benchEPBase, 2*i+1), addrN(benchEPBase, 2*i+2)))
+		}
+		return p
+	}
+
+	// Cold full sync.
+	p := newProxy()
+	runtime.GC()
+	_ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) // reset VmHWM
+	start := time.Now()
+	if err := p.SyncNow(ctx, true); err != nil {
+		b.Fatalf("full sync: %v", err)
+	}
+	fullSync := time.Since(start)
+	peakRSS := procStatus("VmHWM")
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	heap := float64(ms.HeapInuse) / (1 << 20)
+	rules := metricGauge(p, "nodenet_proxy_rules_programmed")
+
+	// A restarted proxy converging on the rules already there.
+	p = newProxy()
+	start = time.Now()
+	if err := p.SyncNow(ctx, false); err != nil {
+		b.Fatalf("restart sync: %v", err)
+	}
+	restartSync := time.Since(start)
+
+	// One EndpointSlice change at a time → committed to the kernel.
+	rng := rand.New(rand.NewPCG(uint64(n), 7))
+	var changes []time.Duration
+	for k := range *flagProxyChanges {
+		i := rng.IntN(n)
+		sl := benchSlice(i, strconv.Itoa(k+2), addrN(benchEPBase, 2*i+1), addrN(benchEPBase, 2*n+k+1))
+		start := time.Now()
+		p.Tracker().SetEndpointSlice(sl)
+		if err := p.SyncNow(ctx, false); err != nil {
+			b.Fatalf("partial sync: %v", err)
+		}
+		changes = append(changes, time.Since(start))
+	}
+
+	// First-packet latency: new TCP connections to random ClusterIPs.
+	var connects []time.Duration
+	failures := 0
+	for range *flagProxyConnects {
+		vip := addrN(benchVIPBase, rng.IntN(n)+1)
+		var d time.Duration
+		err := topo.client.Do(func() error {
+			start := time.Now()
+			c, err := net.DialTimeout("tcp", net.JoinHostPort(vip.String(), "80"), 3*time.Second)
+			d = time.Since(start)
+			if err == nil {
+				c.Close()
+			}
+			return err
+		})
+		if err != nil {
+			failures++
+			continue
+		}
+		connects = append(connects, d)
+	}
+	if failures > 0 {
+		b.Errorf("%d of %d connects through ClusterIPs failed", failures, *flagProxyConnects)
+	}
+	ch, co := Summarize(changes), Summarize(connects)
+	b.ReportMetric(fullSync.Seconds(), "full-sync-s")
+	b.ReportMetric(restartSync.Seconds(), "restart-sync-s")
+	b.ReportMetric(heap, "heap-MiB")
+	b.ReportMetric(peakRSS, "peak-rss-MiB")
+	b.ReportMetric(rules, "rules")
+	b.ReportMetric(Ms(ch.P50), "change-p50-ms")
+	b.ReportMetric(Ms(ch.P99), "change-p99-ms")
+	b.ReportMetric(Ms(co.P50), "connect-p50-ms")
+	b.ReportMetric(Ms(co.P99), "connect-p99-ms")
+	b.Logf("%d services (iptables-%s): full sync %v, restart sync %v, heap %.1f MiB, peak RSS %.1f MiB, %v rules; change→kernel %v; connect %v",
+		n, *flagProxyVariant, fullSync.Round(time.Millisecond), restartSync.Round(time.Millisecond), heap, peakRSS, rules, ch, co)
+}
+
+func metricGauge(p *proxy.Proxy, name string) float64 {
+	mfs, err := p.Metrics().Registry.Gather()
+	if err != nil {
+		return 0
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			var sum float64
+			for _, m := range mf.GetMetric() {
+				sum += m.GetGauge().GetValue()
+			}
+			return sum
+		}
+	}
+	return 0
+}

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodenet/nodenet/proxy"
+	"github.com/nodenet/nodenet/proxy/app"
+	"github.com/nodenet/nodenet/proxy/iptables"
+)
+
+// runProxy is `nodenet proxy`: kube-proxy's flags, one data plane per
+// --proxy-mode chosen from the explicit map below.
+func runProxy(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
+	var (
+		o                    app.Options
+		kubeconfig, hostname string
+		clusterCIDRs, npAddr stringList
+		cleanup              bool
+		logs                 logFlags
+	)
+	fs.StringVar(&o.Mode, "proxy-mode", "iptables", "data plane: iptables, nftables, ipvs or ebpf")
+	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config)")
+	fs.StringVar(&hostname, "hostname-override", "", "this node's name (default $NODE_NAME, else the host name)")
+	fs.Var(&clusterCIDRs, "cluster-cidr", "pod CIDR(s) of the cluster, comma-separated per family; traffic to services from outside them is masqueraded")
+	fs.BoolVar(&o.Core.MasqueradeAll, "masquerade-all", false, "masquerade all traffic to service IPs")
+	fs.Var(&npAddr, "nodeport-addresses", `CIDRs whose local addresses accept NodePorts, or "primary" (the node's IPs); default: all local addresses`)
+	fs.DurationVar(&o.Core.MinSyncPeriod, "min-sync-period", time.Second, "minimum interval between syncs (a burst of 2 is allowed)")
+	fs.DurationVar(&o.Core.SyncPeriod, "sync-period", time.Hour, "interval of full resyncs (partial syncs between)")
+	fs.StringVar(&o.HealthzBindAddress, "healthz-bind-address", "0.0.0.0:10256", `/healthz and /livez address ("" = off)`)
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", "127.0.0.1:10249", `/metrics address ("" = off)`)
+	fs.BoolVar(&cleanup, "cleanup", false, "remove every proxy mode's rules and exit")
+	logs.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %v", fs.Args())
+	}
+	log, err := logs.logger("proxy")
+	if err != nil {
+		return err
+	}
+	o.Core.Logger = log
+	for _, s := range clusterCIDRs {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return fmt.Errorf("--cluster-cidr %q: %w", s, err)
+		}
+		o.Core.ClusterCIDRs = append(o.Core.ClusterCIDRs, p.Masked())
+	}
+	o.Families = familiesOf(o.Core.ClusterCIDRs)
+	if o.Core.NodePortAddresses, err = proxy.ParseNodePortAddresses(npAddr); err != nil {
+		return fmt.Errorf("--nodeport-addresses: %w", err)
+	}
+	modes := proxyModes(log)
+	if cleanup {
+		return modes.CleanupAll(ctx, "", []proxy.Family{proxy.IPv4, proxy.IPv6}, log)
+	}
+	if err := modes.Check(o.Mode); err != nil {
+		return err
+	}
+	if o.Core.NodeName, err = nodeName(hostname); err != nil {
+		return err
+	}
+	o.Core.LocalAddrs = localAddrs
+	o.Core.Conntrack = proxy.NetlinkConntrack{}
+	cfg, err := restConfig(kubeconfig, 20, 40)
+	if err != nil {
+		return err
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("build client: %w", err)
+	}
+	return app.Run(ctx, o, modes, client)
+}
+
+// proxyModes is the explicit --proxy-mode switch of this build.
+func proxyModes(log *slog.Logger) app.Modes {
+	return app.Modes{
+		"iptables": {
+			New: func(ctx context.Context, f proxy.Family) (proxy.DataPlane, error) {
+				v, err := iptables.Detect(ctx, nil, f)
+				if err != nil {
+					return nil, err
+				}
+				log.Info("iptables backend", "family", f, "variant", v)
+				return iptables.New(f, iptables.ExecRunner{Family: f, Variant: v}, log), nil
+			},
+			Cleanup: func(ctx context.Context, f proxy.Family) error {
+				var errs []error
+				for _, v := range []iptables.Variant{iptables.NFT, iptables.Legacy} {
+					if err := iptables.New(f, iptables.ExecRunner{Family: f, Variant: v}, log).Cleanup(ctx); err != nil {
+						errs = append(errs, err)
+					}
+				}
+				return errors.Join(errs...)
+			},
+		},
+	}
+}
+
+func familiesOf(cidrs []netip.Prefix) []proxy.Family {
+	var v4, v6 bool
+	for _, p := range cidrs {
+		v4 = v4 || p.Addr().Is4()
+		v6 = v6 || p.Addr().Is6()
+	}
+	switch {
+	case v4 && v6:
+		return []proxy.Family{proxy.IPv4, proxy.IPv6}
+	case v6:
+		return []proxy.Family{proxy.IPv6}
+	}
+	return []proxy.Family{proxy.IPv4}
+}
+
+func nodeName(override string) (string, error) {
+	if override != "" {
+		return strings.ToLower(override), nil
+	}
+	if n := os.Getenv("NODE_NAME"); n != "" {
+		return n, nil
+	}
+	h, err := os.Hostname()
+	if err != nil {
+		return "", fmt.Errorf("node name: %w", err)
+	}
+	return strings.ToLower(h), nil
+}
+
+func localAddrs() ([]netip.Addr, error) {
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil, fmt.Errorf("list addresses: %w", err)
+	}
+	out := make([]netip.Addr, 0, len(addrs))
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok {
+			out = append(out, ip.Unmap())
+		}
+	}
+	return out, nil
+}

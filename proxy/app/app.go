@@ -1,0 +1,166 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodenet/nodenet/proxy"
+)
+
+// KnownModes are every --proxy-mode value nodenet defines; a build may
+// implement fewer.
+var KnownModes = []string{"iptables", "nftables", "ipvs", "ebpf"}
+
+// Mode is one data plane as the app sees it.
+type Mode struct {
+	// New builds the data plane for one family.
+	New func(ctx context.Context, family proxy.Family) (proxy.DataPlane, error)
+	// Cleanup removes every trace of this mode for one family (all its
+	// variants, e.g. iptables-nft and iptables-legacy).
+	Cleanup func(ctx context.Context, family proxy.Family) error
+}
+
+// Modes maps --proxy-mode values to the data planes built into this binary.
+type Modes map[string]Mode
+
+// ErrNotImplemented is returned for a known mode this build lacks.
+var ErrNotImplemented = errors.New("not implemented in this build yet")
+
+// Options are the parsed flags.
+type Options struct {
+	Mode     string
+	Families []proxy.Family
+	Core     proxy.Config
+
+	HealthzBindAddress string // "" = off
+	MetricsBindAddress string // "" = off
+}
+
+// Check validates the mode against the built-in modes.
+func (m Modes) Check(mode string) error {
+	if _, ok := m[mode]; ok {
+		return nil
+	}
+	if slices.Contains(KnownModes, mode) {
+		return fmt.Errorf("--proxy-mode=%s: %w (built in: %v)", mode, ErrNotImplemented, m.names())
+	}
+	return fmt.Errorf("--proxy-mode=%q: unknown mode (want one of %v)", mode, KnownModes)
+}
+
+func (m Modes) names() []string {
+	var out []string
+	for n := range m {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// CleanupAll removes the state of every built-in mode except keep ("" =
+// all), for every family. It tries them all and joins the errors.
+func (m Modes) CleanupAll(ctx context.Context, keep string, families []proxy.Family, log *slog.Logger) error {
+	var errs []error
+	for _, name := range m.names() {
+		if name == keep {
+			continue
+		}
+		for _, f := range families {
+			if err := m[name].Cleanup(ctx, f); err != nil {
+				errs = append(errs, fmt.Errorf("clean up %s %s: %w", name, f, err))
+				continue
+			}
+			log.Info("cleaned up other proxy mode", "mode", name, "family", f)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Run checks the mode, removes the other modes' state, builds one data plane
+// per family and runs the proxy until ctx ends. The data plane stays in
+// place on return (a restart must not drop traffic).
+func Run(ctx context.Context, o Options, modes Modes, client kubernetes.Interface) error {
+	log := o.Core.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+		o.Core.Logger = log
+	}
+	if err := modes.Check(o.Mode); err != nil {
+		return err
+	}
+	if len(o.Families) == 0 {
+		o.Families = []proxy.Family{proxy.IPv4}
+	}
+	if err := modes.CleanupAll(ctx, o.Mode, o.Families, log); err != nil {
+		// Leftovers of another mode do not stop this one from working.
+		log.Warn("cleaning up other proxy modes", "err", err)
+	}
+	planes := map[proxy.Family]proxy.DataPlane{}
+	for _, f := range o.Families {
+		dp, err := modes[o.Mode].New(ctx, f)
+		if err != nil {
+			return fmt.Errorf("start %s data plane for %s: %w", o.Mode, f, err)
+		}
+		planes[f] = dp
+	}
+	if o.Core.Metrics == nil {
+		o.Core.Metrics = proxy.NewMetrics()
+	}
+	p, err := proxy.New(o.Core, planes)
+	if err != nil {
+		return err
+	}
+	servers, err := startServers(o, p)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		for _, s := range servers {
+			_ = s.Shutdown(sctx)
+		}
+	}()
+	log.Info("proxy starting", "mode", o.Mode, "families", o.Families, "node", o.Core.NodeName)
+	return p.Run(ctx, client)
+}
+
+func startServers(o Options, p *proxy.Proxy) ([]*http.Server, error) {
+	var servers []*http.Server
+	start := func(addr string, h http.Handler) error {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w", addr, err)
+		}
+		s := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+		servers = append(servers, s)
+		go func() { _ = s.Serve(ln) }()
+		return nil
+	}
+	if o.HealthzBindAddress != "" {
+		if err := start(o.HealthzBindAddress, p.HealthHandler()); err != nil {
+			return nil, err
+		}
+	}
+	if o.MetricsBindAddress != "" {
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(p.Metrics().Registry, promhttp.HandlerOpts{}))
+		mux.Handle("/", p.HealthHandler())
+		if err := start(o.MetricsBindAddress, mux); err != nil {
+			for _, s := range servers {
+				_ = s.Close()
+			}
+			return nil, err
+		}
+	}
+	return servers, nil
+}

@@ -1,0 +1,162 @@
+package proxy
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Conntrack deletes conntrack entries; NetlinkConntrack is the real one.
+type Conntrack interface {
+	DeleteFlows(f Family, filter netlink.CustomConntrackFilter) (uint, error)
+}
+
+// NetlinkConntrack deletes flows through a netlink handle (nil: the current
+// namespace; tests pass a handle opened in their namespace).
+type NetlinkConntrack struct{ Handle *netlink.Handle }
+
+// DeleteFlows deletes every flow of family f the filter matches (one table
+// dump, one delete per match).
+func (c NetlinkConntrack) DeleteFlows(f Family, filter netlink.CustomConntrackFilter) (uint, error) {
+	fam := netlink.InetFamily(unix.AF_INET)
+	if f == IPv6 {
+		fam = netlink.InetFamily(unix.AF_INET6)
+	}
+	h := c.Handle
+	if h == nil {
+		var err error
+		if h, err = netlink.NewHandle(unix.NETLINK_NETFILTER); err != nil {
+			return 0, fmt.Errorf("open netfilter netlink: %w", err)
+		}
+		defer h.Close()
+	}
+	n, err := h.ConntrackDeleteFilters(netlink.ConntrackTable, fam, filter)
+	if err != nil {
+		return n, fmt.Errorf("delete conntrack flows: %w", err)
+	}
+	return n, nil
+}
+
+// staleUDP is the set of UDP flows a sync made stale.
+type staleUDP struct {
+	// dsts: services that went from no endpoints to some (or appeared):
+	// flows to these VIP:ports were rejected/unrouted and would keep
+	// blackholing the client's 5-tuple.
+	dsts map[netip.AddrPort]struct{}
+	// dstPorts: same, for NodePorts (matched on destination port only).
+	dstPorts map[uint16]struct{}
+	// viaEndpoint: flows to a VIP:port DNATed to an endpoint that is gone.
+	viaEndpoint map[[2]netip.AddrPort]struct{}
+	// nodePortEndpoint: flows to a NodePort DNATed to an endpoint that is gone.
+	nodePortEndpoint map[nodePortEP]struct{}
+}
+
+type nodePortEP struct {
+	port uint16
+	ep   netip.AddrPort
+}
+
+func (s *staleUDP) empty() bool {
+	return len(s.dsts) == 0 && len(s.dstPorts) == 0 && len(s.viaEndpoint) == 0 && len(s.nodePortEndpoint) == 0
+}
+
+// vips lists the VIP:port entry points of a service port (not NodePort).
+func vips(sp *ServicePort) []netip.AddrPort {
+	out := []netip.AddrPort{sp.ClusterIPAddrPort()}
+	for _, a := range sp.ExternalIPs {
+		out = append(out, netip.AddrPortFrom(a, sp.Port))
+	}
+	for _, a := range sp.LoadBalancerIPs {
+		out = append(out, netip.AddrPortFrom(a, sp.Port))
+	}
+	return out
+}
+
+// staleUDPFlows compares the last programmed snapshot with the new one for
+// the UDP service ports in changed.
+func staleUDPFlows(prev, next *Snapshot, changed ChangeSet) *staleUDP {
+	s := &staleUDP{
+		dsts: map[netip.AddrPort]struct{}{}, dstPorts: map[uint16]struct{}{},
+		viaEndpoint: map[[2]netip.AddrPort]struct{}{}, nodePortEndpoint: map[nodePortEP]struct{}{},
+	}
+	var prevSvcs map[ServicePortName]*ServicePort
+	if prev != nil {
+		prevSvcs = prev.Services
+	}
+	consider := func(n ServicePortName) bool { return n.Protocol == UDP && changed.Has(n.NamespacedName) }
+	for n, sp := range next.Services {
+		if !consider(n) || len(sp.Selected.AllReachable) == 0 {
+			continue
+		}
+		old := prevSvcs[n]
+		if old == nil || len(old.Selected.AllReachable) == 0 {
+			for _, v := range vips(sp) {
+				s.dsts[v] = struct{}{}
+			}
+			if sp.NodePort != 0 {
+				s.dstPorts[sp.NodePort] = struct{}{}
+			}
+		}
+	}
+	for n, old := range prevSvcs {
+		if !consider(n) || next.Services[n] == old {
+			continue
+		}
+		now := map[netip.AddrPort]bool{}
+		if sp := next.Services[n]; sp != nil {
+			for _, e := range sp.Selected.AllReachable {
+				now[e.AddrPort()] = true
+			}
+		}
+		for _, e := range old.Selected.AllReachable {
+			if now[e.AddrPort()] {
+				continue
+			}
+			for _, v := range vips(old) {
+				s.viaEndpoint[[2]netip.AddrPort{v, e.AddrPort()}] = struct{}{}
+			}
+			if old.NodePort != 0 {
+				s.nodePortEndpoint[nodePortEP{old.NodePort, e.AddrPort()}] = struct{}{}
+			}
+		}
+	}
+	return s
+}
+
+// MatchConntrackFlow implements netlink.CustomConntrackFilter.
+func (s *staleUDP) MatchConntrackFlow(flow *netlink.ConntrackFlow) bool {
+	if flow.Forward.Protocol != unix.IPPROTO_UDP {
+		return false
+	}
+	dst, ok1 := addrPort(flow.Forward.DstIP, flow.Forward.DstPort)
+	be, ok2 := addrPort(flow.Reverse.SrcIP, flow.Reverse.SrcPort)
+	if !ok1 || !ok2 {
+		return false
+	}
+	if _, ok := s.dsts[dst]; ok && be == dst {
+		// Not DNATed (the reply comes from the VIP itself): the flow was
+		// created while the service had no endpoints.
+		return true
+	}
+	if _, ok := s.dstPorts[dst.Port()]; ok && be == dst {
+		return true
+	}
+	if _, ok := s.viaEndpoint[[2]netip.AddrPort{dst, be}]; ok {
+		return true
+	}
+	if _, ok := s.nodePortEndpoint[nodePortEP{dst.Port(), be}]; ok {
+		return true
+	}
+	return false
+}
+
+func addrPort(ip net.IP, port uint16) (netip.AddrPort, bool) {
+	a, ok := netip.AddrFromSlice(ip)
+	if !ok {
+		return netip.AddrPort{}, false
+	}
+	return netip.AddrPortFrom(a.Unmap(), port), true
+}

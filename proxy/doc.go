@@ -1,0 +1,63 @@
+// Package proxy is the data-plane-independent core of `nodenet proxy`, the
+// kube-proxy peer: it watches Services, EndpointSlices and this Node, folds
+// them into one Snapshot per IP family, and hands each snapshot plus the set
+// of changed services to a DataPlane (proxy/iptables, proxy/nftables, ...)
+// from a rate-limited sync runner. It imports no data plane; the
+// --proxy-mode switch lives above it (proxy/app, cmd/nodenet).
+//
+// # The contract with data planes
+//
+// A data plane implements DataPlane for one Family:
+//
+//	Sync(ctx, snap *Snapshot, changed ChangeSet) (SyncResult, error)
+//	Cleanup(ctx) error
+//	Name() string
+//
+// Sync is called from one goroutine. snap is complete and read-only:
+// snap.Services maps every programmable ServicePortName to a *ServicePort
+// holding the VIPs (ClusterIP, ExternalIPs, LoadBalancerIPs, NodePort), the
+// policies (ExternalPolicyLocal, InternalPolicyLocal, AffinityTimeout,
+// LoadBalancerSourceRanges, TrafficDistribution) and both the raw Endpoints
+// and the shared endpoint selection in ServicePort.Selected:
+//
+//	Selected.Cluster  endpoints for Cluster-policy traffic
+//	Selected.Local    endpoints for Local-policy traffic (this node only)
+//	Selected.InternalEndpoints(sp) / ExternalEndpoints(sp)
+//	                  the list ClusterIP / external traffic uses
+//	                  (empty list → REJECT: connection refused)
+//
+// Selection (SelectEndpoints) is done once, here, so every mode agrees:
+// traffic policy first, then ready endpoints else serving+terminating
+// (terminating fallback), then topology (hints, or zone/node for
+// trafficDistribution PreferClose/PreferSameZone/PreferSameNode).
+//
+// changed.Full asks for a complete rewrite (first sync after start, periodic
+// --sync-period resync, node/NodePort-address change, after a failed sync);
+// otherwise only services in changed.Services need rewriting — a name in the
+// set but missing from snap.Services was deleted. A sync must be one atomic
+// kernel transaction and must not flush state that did not change, so the
+// first sync after a restart converges without dropping connections.
+//
+// Masquerading uses MasqueradeMark (0x4000) for traffic from outside
+// snap.ClusterCIDRs (or all traffic with snap.MasqueradeAll), for external
+// traffic under the Cluster policy, and for hairpin traffic. NodePorts listen
+// on snap.NodePorts (All local addresses, or the resolved
+// --nodeport-addresses; see NodePortAddresses.Resolve).
+//
+// UDP conntrack cleanup and the healthCheckNodePort servers are done by the
+// core after a successful Sync; data planes do not touch conntrack.
+//
+// Bad input (unparseable IPs, port 0, unknown protocols) never reaches a
+// data plane: ServicePortsFor / EndpointsFor skip it with errors wrapping
+// ErrInvalid, which the core logs and counts.
+//
+// # Running it
+//
+// New builds a Proxy over one DataPlane per family; Run starts the informers
+// (Services, EndpointSlices, this Node) and the bounded-frequency runner
+// (MinSyncPeriod with a burst of SyncBurst, full resync every SyncPeriod);
+// SyncNow runs one sync directly (tests, benchmarks). HealthHandler serves
+// /healthz, /livez, /readyz; Metrics().Registry holds the Prometheus
+// metrics. proxy/app holds the --proxy-mode switch; proxy/proxytest is the
+// real-kernel suite every data plane runs (KernelSuite, SwitchSuite).
+package proxy

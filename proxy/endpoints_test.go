@@ -1,0 +1,131 @@
+package proxy
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+)
+
+func ep(ip string, ready, serving, terminating bool, node, zone string) Endpoint {
+	return Endpoint{IP: netip.MustParseAddr(ip), Port: 80, Ready: ready, Serving: serving, Terminating: terminating,
+		NodeName: node, Zone: zone, IsLocal: node == "n1"}
+}
+
+func ips(eps []Endpoint) []string {
+	var out []string
+	for _, e := range eps {
+		out = append(out, e.IP.String())
+	}
+	return out
+}
+
+func TestSelectEndpoints(t *testing.T) {
+	node := NodeInfo{Name: "n1", Zone: "z1"}
+	readyLocal := ep("10.0.0.1", true, true, false, "n1", "z1")
+	readyRemote := ep("10.0.0.2", true, true, false, "n2", "z2")
+	termLocal := ep("10.0.0.3", false, true, true, "n1", "z1")
+	termRemote := ep("10.0.0.4", false, true, true, "n2", "z2")
+	notServing := ep("10.0.0.5", false, false, true, "n1", "z1")
+	sameZoneRemote := ep("10.0.0.6", true, true, false, "n3", "z1")
+	hinted := func(e Endpoint, zones ...string) Endpoint { e.ZoneHints = zones; return e }
+
+	tests := []struct {
+		name          string
+		sp            ServicePort
+		cluster       []string // nil: not used
+		local         []string
+		usesCl, usesL bool
+	}{
+		{name: "cluster policy, ready only",
+			sp:      ServicePort{Endpoints: []Endpoint{readyLocal, readyRemote, termLocal}},
+			cluster: []string{"10.0.0.1", "10.0.0.2"}, usesCl: true},
+		{name: "terminating fallback when nothing ready",
+			sp:      ServicePort{Endpoints: []Endpoint{termLocal, termRemote, notServing}},
+			cluster: []string{"10.0.0.3", "10.0.0.4"}, usesCl: true},
+		{name: "no endpoints at all: empty but used (REJECT)",
+			sp:      ServicePort{},
+			cluster: []string{}, usesCl: true},
+		{name: "iTP Local: local only, cluster unused",
+			sp:    ServicePort{InternalPolicyLocal: true, Endpoints: []Endpoint{readyLocal, readyRemote}},
+			local: []string{"10.0.0.1"}, usesL: true},
+		{name: "iTP Local with only remote endpoints: empty local list",
+			sp:    ServicePort{InternalPolicyLocal: true, Endpoints: []Endpoint{readyRemote}},
+			local: []string{}, usesL: true},
+		{name: "eTP Local NodePort: cluster for internal, local for external",
+			sp:      ServicePort{NodePort: 30000, ExternalPolicyLocal: true, Endpoints: []Endpoint{readyLocal, readyRemote}},
+			cluster: []string{"10.0.0.1", "10.0.0.2"}, local: []string{"10.0.0.1"}, usesCl: true, usesL: true},
+		{name: "eTP Local, local terminating fallback",
+			sp:      ServicePort{NodePort: 30000, ExternalPolicyLocal: true, Endpoints: []Endpoint{termLocal, readyRemote}},
+			cluster: []string{"10.0.0.2"}, local: []string{"10.0.0.3"}, usesCl: true, usesL: true},
+		{name: "eTP Local without external entry point behaves as Cluster",
+			sp:      ServicePort{ExternalPolicyLocal: true, Endpoints: []Endpoint{readyLocal, readyRemote}},
+			cluster: []string{"10.0.0.1", "10.0.0.2"}, usesCl: true},
+		{name: "PreferClose without hints: same zone",
+			sp:      ServicePort{TrafficDistribution: "PreferClose", Endpoints: []Endpoint{readyLocal, readyRemote, sameZoneRemote}},
+			cluster: []string{"10.0.0.1", "10.0.0.6"}, usesCl: true},
+		{name: "PreferSameZone with no endpoint in zone: all",
+			sp:      ServicePort{TrafficDistribution: "PreferSameZone", Endpoints: []Endpoint{readyRemote}},
+			cluster: []string{"10.0.0.2"}, usesCl: true},
+		{name: "PreferSameNode: local first",
+			sp:      ServicePort{TrafficDistribution: "PreferSameNode", Endpoints: []Endpoint{readyLocal, readyRemote, sameZoneRemote}},
+			cluster: []string{"10.0.0.1"}, usesCl: true},
+		{name: "hints on every endpoint: the zone's hinted ones",
+			sp:      ServicePort{Endpoints: []Endpoint{hinted(readyLocal, "z2"), hinted(readyRemote, "z1")}},
+			cluster: []string{"10.0.0.2"}, usesCl: true},
+		{name: "hints missing on one endpoint: ignored",
+			sp:      ServicePort{Endpoints: []Endpoint{hinted(readyLocal, "z2"), readyRemote}},
+			cluster: []string{"10.0.0.1", "10.0.0.2"}, usesCl: true},
+		{name: "topology does not apply to the local list",
+			sp:      ServicePort{NodePort: 1, ExternalPolicyLocal: true, TrafficDistribution: "PreferClose", Endpoints: []Endpoint{readyLocal, readyRemote}},
+			cluster: []string{"10.0.0.1"}, local: []string{"10.0.0.1"}, usesCl: true, usesL: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			sel := SelectEndpoints(&tc.sp, node)
+			if sel.UsesCluster != tc.usesCl || sel.UsesLocal != tc.usesL {
+				t.Fatalf("uses cluster/local = %v/%v, want %v/%v", sel.UsesCluster, sel.UsesLocal, tc.usesCl, tc.usesL)
+			}
+			if got := ips(sel.Cluster); !slices.Equal(got, tc.cluster) || (sel.Cluster == nil) != (tc.cluster == nil) {
+				t.Errorf("cluster = %v, want %v", got, tc.cluster)
+			}
+			if got := ips(sel.Local); !slices.Equal(got, tc.local) || (sel.Local == nil) != (tc.local == nil) {
+				t.Errorf("local = %v, want %v", got, tc.local)
+			}
+			want := map[string]bool{}
+			for _, s := range append(slices.Clone(tc.cluster), tc.local...) {
+				want[s] = true
+			}
+			if len(sel.AllReachable) != len(want) {
+				t.Errorf("all reachable = %v, want the union of %v and %v", ips(sel.AllReachable), tc.cluster, tc.local)
+			}
+		})
+	}
+}
+
+func TestNodePortAddresses(t *testing.T) {
+	local := []netip.Addr{netip.MustParseAddr("10.1.0.5"), netip.MustParseAddr("192.168.1.2"), netip.MustParseAddr("fd00::5"), netip.MustParseAddr("127.0.0.1")}
+	node := []netip.Addr{netip.MustParseAddr("192.168.1.2")}
+	for _, tc := range []struct {
+		flag []string
+		fam  Family
+		want NodePorts
+	}{
+		{nil, IPv4, NodePorts{All: true}},
+		{[]string{"10.0.0.0/8"}, IPv4, NodePorts{Addrs: []netip.Addr{netip.MustParseAddr("10.1.0.5")}}},
+		{[]string{"10.0.0.0/8,fd00::/64"}, IPv6, NodePorts{Addrs: []netip.Addr{netip.MustParseAddr("fd00::5")}}},
+		{[]string{"10.0.0.0/8"}, IPv6, NodePorts{All: true}}, // no CIDR of this family
+		{[]string{"primary"}, IPv4, NodePorts{Addrs: node}},
+		{[]string{"primary", "127.0.0.0/8"}, IPv4, NodePorts{Addrs: []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("192.168.1.2")}}},
+	} {
+		n, err := ParseNodePortAddresses(tc.flag)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := n.Resolve(tc.fam, local, node); !got.Equal(tc.want) {
+			t.Errorf("%v %v: got %+v, want %+v", tc.flag, tc.fam, got, tc.want)
+		}
+	}
+	if _, err := ParseNodePortAddresses([]string{"bogus"}); err == nil {
+		t.Error("bogus nodeport address accepted")
+	}
+}

@@ -1,0 +1,33 @@
+// Package iptables is nodenet's iptables data plane: it implements
+// proxy.DataPlane by writing one `iptables-restore --noflush --wait` batch
+// per sync (nat + filter tables), rewriting only the chains of the services
+// that changed and keeping everything else in place.
+//
+// All chains start with "NODENET-" so they never collide with kube-proxy's
+// KUBE-* or flannel's FLANNEL-* chains. Fixed chains:
+//
+//	nat    NODENET-SERVICES    (from PREROUTING, OUTPUT) VIP → per-service chain
+//	nat    NODENET-NODEPORTS   NodePort → NODENET-EXT-*
+//	nat    NODENET-MARK-MASQ   sets the 0x4000 masquerade mark
+//	nat    NODENET-POSTROUTING (from POSTROUTING) masquerades marked packets
+//	filter NODENET-SERVICES    (INPUT/FORWARD/OUTPUT, ctstate NEW) REJECT
+//	                           for services without endpoints
+//	filter NODENET-FIREWALL    drops LB traffic outside loadBalancerSourceRanges
+//	filter NODENET-FORWARD     (FORWARD) accepts marked/established traffic
+//
+// Per service port (names hashed from the port name, ≤ 28 chars):
+// NODENET-SVC-* (cluster endpoints), NODENET-SVL-* (local endpoints),
+// NODENET-EXT-* (external entry), NODENET-FW-* (source ranges). Endpoints
+// are inlined in SVC/SVL (hairpin mark, then statistic + DNAT; affinity
+// through `recent` lists named NODENET-AFF-*) instead of kube-proxy's
+// per-endpoint chains: iptables-nft-restore slows down quadratically with
+// the number of chains, so one chain per service port instead of three
+// makes full syncs at 10,000 services tens of times faster.
+//
+// Rules are written in the canonical form iptables-save prints, so golden
+// files, the stateful Fake and the real kernel agree byte for byte; the same
+// contract test runs against Fake and against iptables in a throwaway
+// namespace. Runner abstracts the binaries (a command prefix such as
+// "ip netns exec NS" places them in a test namespace) and Detect chooses
+// iptables-nft or iptables-legacy like kube-proxy's wrapper does.
+package iptables

@@ -1,0 +1,442 @@
+package iptables
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"slices"
+	"strings"
+
+	"github.com/nodenet/nodenet/proxy"
+)
+
+// Proxier is the iptables proxy.DataPlane for one IP family.
+type Proxier struct {
+	family proxy.Family
+	runner Runner
+	log    *slog.Logger
+
+	// What the last successful sync programmed; valid while synced.
+	synced   bool
+	services map[proxy.ServicePortName]*programmed
+	total    int
+}
+
+// programmed is what one service port has in the kernel.
+type programmed struct {
+	rules  *serviceRules
+	chains map[string]uint64 // owned chain → hash of its rules
+}
+
+// New returns a Proxier programming through runner.
+func New(family proxy.Family, runner Runner, log *slog.Logger) *Proxier {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Proxier{family: family, runner: runner, log: log, services: map[proxy.ServicePortName]*programmed{}}
+}
+
+// Name implements proxy.DataPlane.
+func (p *Proxier) Name() string { return "iptables" }
+
+// batch accumulates one iptables-restore input, per table in the order the
+// kernel needs: chain declarations (which flush), rule deletions, rule
+// additions, chain deletions.
+type batch struct {
+	decl, del, add, x map[string]*bytes.Buffer
+	written           int
+}
+
+func newBatch() *batch {
+	b := &batch{decl: map[string]*bytes.Buffer{}, del: map[string]*bytes.Buffer{}, add: map[string]*bytes.Buffer{}, x: map[string]*bytes.Buffer{}}
+	for _, t := range []string{tableFilter, tableNAT} {
+		b.decl[t], b.del[t], b.add[t], b.x[t] = &bytes.Buffer{}, &bytes.Buffer{}, &bytes.Buffer{}, &bytes.Buffer{}
+	}
+	return b
+}
+
+func (b *batch) declare(table, chain string) { fmt.Fprintf(b.decl[table], ":%s - [0:0]\n", chain) }
+
+func (b *batch) rule(table, op, chain, rule string) {
+	buf := b.add[table]
+	if op == "-D" {
+		buf = b.del[table]
+	}
+	buf.WriteString(op)
+	buf.WriteByte(' ')
+	buf.WriteString(chain)
+	buf.WriteByte(' ')
+	buf.WriteString(rule)
+	buf.WriteByte('\n')
+	if op != "-D" {
+		b.written++
+	}
+}
+
+func (b *batch) deleteChain(table, chain string) {
+	b.declare(table, chain)
+	fmt.Fprintf(b.x[table], "-X %s\n", chain)
+}
+
+func (b *batch) bytes() []byte {
+	var out bytes.Buffer
+	for _, t := range []string{tableFilter, tableNAT} {
+		if b.decl[t].Len()+b.del[t].Len()+b.add[t].Len()+b.x[t].Len() == 0 {
+			continue
+		}
+		out.WriteString("*" + t + "\n")
+		out.Write(b.decl[t].Bytes())
+		out.Write(b.del[t].Bytes())
+		out.Write(b.add[t].Bytes())
+		out.Write(b.x[t].Bytes())
+		out.WriteString("COMMIT\n")
+	}
+	return out.Bytes()
+}
+
+func (b *batch) empty() bool {
+	for _, t := range []string{tableFilter, tableNAT} {
+		if b.decl[t].Len()+b.del[t].Len()+b.add[t].Len()+b.x[t].Len() > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func chainHash(rules []string) uint64 {
+	h := fnv.New64a()
+	for _, r := range rules {
+		h.Write([]byte(r))
+		h.Write([]byte{'\n'})
+	}
+	return h.Sum64()
+}
+
+// Sync implements proxy.DataPlane.
+func (p *Proxier) Sync(ctx context.Context, snap *proxy.Snapshot, changed proxy.ChangeSet) (proxy.SyncResult, error) {
+	if snap.Family != p.family {
+		return proxy.SyncResult{}, fmt.Errorf("sync iptables %s: snapshot is %s", p.family, snap.Family)
+	}
+	full := changed.Full || !p.synced
+	var (
+		b    *batch
+		next map[proxy.ServicePortName]*programmed
+		err  error
+	)
+	if full {
+		b, next, err = p.fullBatch(ctx, snap)
+		if err != nil {
+			p.synced = false
+			return proxy.SyncResult{}, err
+		}
+		if b.empty() {
+			p.services, p.synced = next, true
+			return proxy.SyncResult{Total: p.countTotal()}, nil
+		}
+	} else {
+		b, next = p.partialBatch(snap, changed)
+		if b.empty() {
+			return proxy.SyncResult{Total: p.total}, nil
+		}
+	}
+	if err := p.runner.Restore(ctx, b.bytes()); err != nil {
+		p.synced = false
+		return proxy.SyncResult{}, fmt.Errorf("restore %s rules: %w", p.family, err)
+	}
+	p.services = next
+	p.synced = true
+	return proxy.SyncResult{Written: b.written, Total: p.countTotal()}, nil
+}
+
+// countTotal is the number of rules this data plane owns (services' rules
+// plus the fixed chains and hooks).
+func (p *Proxier) countTotal() int {
+	n := len(hooks) + 8
+	for _, pr := range p.services {
+		n += pr.rules.ruleCount()
+	}
+	p.total = n
+	return n
+}
+
+// existing is what iptables-save shows: our chains with their rules, and
+// the hook rules present in built-in chains.
+type existing struct {
+	chains map[string]map[string][]string // table → chain → rules
+	hooks  map[string]bool                // "table/chain/rule"
+}
+
+func (p *Proxier) readExisting(ctx context.Context) (*existing, error) {
+	ex := &existing{chains: map[string]map[string][]string{}, hooks: map[string]bool{}}
+	for _, t := range []string{tableFilter, tableNAT} {
+		out, err := p.runner.Save(ctx, t)
+		if err != nil {
+			return nil, fmt.Errorf("read %s table: %w", t, err)
+		}
+		chains := map[string][]string{}
+		ex.chains[t] = chains
+		for len(out) > 0 {
+			var line []byte
+			line, out, _ = bytes.Cut(out, []byte{'\n'})
+			switch {
+			case bytes.HasPrefix(line, []byte(":"+Prefix)):
+				name, _, _ := strings.Cut(string(line[1:]), " ")
+				if _, ok := chains[name]; !ok {
+					chains[name] = nil
+				}
+			case bytes.HasPrefix(line, []byte("-A "+Prefix)):
+				chain, rule, _ := strings.Cut(string(line[3:]), " ")
+				chains[chain] = append(chains[chain], rule)
+			case bytes.HasPrefix(line, []byte("-A ")) && bytes.Contains(line, []byte("-j "+Prefix)):
+				chain, rule, _ := strings.Cut(string(line[3:]), " ")
+				ex.hooks[t+"/"+chain+"/"+rule] = true
+			}
+		}
+	}
+	return ex, nil
+}
+
+// unordered chains hold rules of many services whose order does not
+// matter (partial syncs insert and delete in them), except nat
+// NODENET-SERVICES's NodePort jump, which stays last.
+func unordered(table, chain string) bool {
+	return chain == chainServices || chain == chainNodePorts || chain == chainFirewall
+}
+
+// sameRules reports whether a chain already holds want. Unordered chains
+// compare as multisets (with nat NODENET-SERVICES's tail kept in place).
+func sameRules(table, chain string, have, want []string) bool {
+	if len(have) != len(want) {
+		return false
+	}
+	if !unordered(table, chain) {
+		return slices.Equal(have, want)
+	}
+	tail := 0
+	if table == tableNAT && chain == chainServices {
+		for tail < len(want) && strings.Contains(want[len(want)-1-tail], "-j "+chainNodePorts) {
+			tail++
+		}
+		if !slices.Equal(have[len(have)-tail:], want[len(want)-tail:]) {
+			return false
+		}
+	}
+	count := make(map[string]int, len(want))
+	for _, r := range want[:len(want)-tail] {
+		count[r]++
+	}
+	for _, r := range have[:len(have)-tail] {
+		if count[r] == 0 {
+			return false
+		}
+		count[r]--
+	}
+	return true
+}
+
+// fullBatch converges the kernel on snap: every chain whose rules differ
+// from what iptables-save shows is rewritten, stale NODENET-* chains are
+// deleted, missing hooks are inserted. Chains that already match are left
+// alone, so the first sync after a restart (and a periodic resync with
+// nothing to repair) writes almost nothing.
+func (p *Proxier) fullBatch(ctx context.Context, snap *proxy.Snapshot) (*batch, map[proxy.ServicePortName]*programmed, error) {
+	ex, err := p.readExisting(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	b := newBatch()
+	w := &ruleWriter{family: p.family}
+	declared := map[string]map[string]bool{tableNAT: {}, tableFilter: {}}
+	write := func(table, chain string, rules []string) {
+		declared[table][chain] = true
+		if have, ok := ex.chains[table][chain]; ok && sameRules(table, chain, have, rules) {
+			return
+		}
+		b.declare(table, chain)
+		for _, rule := range rules {
+			b.rule(table, "-A", chain, rule)
+		}
+	}
+	shared := map[string][]string{}
+	next := make(map[proxy.ServicePortName]*programmed, len(snap.Services))
+	for _, n := range snap.SortedNames() {
+		r := w.serviceRules(snap, snap.Services[n])
+		pr := &programmed{rules: r, chains: make(map[string]uint64, len(r.chains))}
+		for _, c := range r.chains {
+			write(tableNAT, c.name, c.rules)
+			pr.chains[c.name] = chainHash(c.rules)
+		}
+		shared["nat/"+chainServices] = append(shared["nat/"+chainServices], r.natServices...)
+		shared["nat/"+chainNodePorts] = append(shared["nat/"+chainNodePorts], r.natNodePort...)
+		shared["filter/"+chainServices] = append(shared["filter/"+chainServices], r.filterSvc...)
+		shared["filter/"+chainFirewall] = append(shared["filter/"+chainFirewall], r.filterFW...)
+		next[n] = pr
+	}
+	fixed := w.fixedRules(snap)
+	for _, fc := range fixedChains {
+		key := fc.table + "/" + fc.chain
+		write(fc.table, fc.chain, append(shared[key], fixed[key]...))
+	}
+	for _, h := range hooks {
+		if !ex.hooks[h.table+"/"+h.chain+"/"+h.rule] {
+			b.rule(h.table, "-I", h.chain, h.rule)
+		}
+	}
+	for _, t := range []string{tableFilter, tableNAT} {
+		for _, c := range sortedKeys(ex.chains[t]) {
+			if !declared[t][c] {
+				b.deleteChain(t, c)
+			}
+		}
+	}
+	return b, next, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// partialBatch rewrites only the changed services: their owned chains whose
+// rules changed, and their own rules in the shared chains (-D old, -I/-A
+// new; order among services in a shared chain does not matter, and nat
+// NODENET-SERVICES gets -I so its NodePort jump stays last).
+func (p *Proxier) partialBatch(snap *proxy.Snapshot, changed proxy.ChangeSet) (*batch, map[proxy.ServicePortName]*programmed) {
+	b := newBatch()
+	w := &ruleWriter{family: p.family}
+	next := p.services // updated in place: on failure synced=false forces a full rebuild
+	names := map[proxy.ServicePortName]bool{}
+	for n := range p.services {
+		if changed.Has(n.NamespacedName) {
+			names[n] = true
+		}
+	}
+	for n := range snap.Services {
+		if changed.Has(n.NamespacedName) {
+			names[n] = true
+		}
+	}
+	sorted := make([]proxy.ServicePortName, 0, len(names))
+	for n := range names {
+		sorted = append(sorted, n)
+	}
+	slices.SortFunc(sorted, proxy.ServicePortName.Compare)
+
+	var newChains, oldChains []string // chains to delete are collected across services
+	keep := map[string]bool{}
+	for _, n := range sorted {
+		old := p.services[n]
+		var nr *serviceRules
+		var pr *programmed
+		if sp := snap.Services[n]; sp != nil {
+			nr = w.serviceRules(snap, sp)
+			pr = &programmed{rules: nr, chains: make(map[string]uint64, len(nr.chains))}
+			for _, c := range nr.chains {
+				h := chainHash(c.rules)
+				pr.chains[c.name] = h
+				keep[c.name] = true
+				if old != nil {
+					if oh, ok := old.chains[c.name]; ok && oh == h {
+						continue
+					}
+				}
+				b.declare(tableNAT, c.name)
+				newChains = append(newChains, c.name)
+				for _, rule := range c.rules {
+					b.rule(tableNAT, "-A", c.name, rule)
+				}
+			}
+		} else {
+			nr = &serviceRules{}
+		}
+		var or *serviceRules
+		if old != nil {
+			or = old.rules
+			for c := range old.chains {
+				oldChains = append(oldChains, c)
+			}
+		} else {
+			or = &serviceRules{}
+		}
+		diffShared(b, tableNAT, chainServices, "-I", or.natServices, nr.natServices)
+		diffShared(b, tableNAT, chainNodePorts, "-A", or.natNodePort, nr.natNodePort)
+		diffShared(b, tableFilter, chainServices, "-A", or.filterSvc, nr.filterSvc)
+		diffShared(b, tableFilter, chainFirewall, "-A", or.filterFW, nr.filterFW)
+		if pr != nil {
+			next[n] = pr
+		} else {
+			delete(next, n)
+		}
+	}
+	slices.Sort(oldChains)
+	for _, c := range slices.Compact(oldChains) {
+		if !keep[c] {
+			b.deleteChain(tableNAT, c)
+		}
+	}
+	_ = newChains
+	return b, next
+}
+
+// diffShared emits deletions of rules only in old and additions of rules
+// only in new (multiset difference).
+func diffShared(b *batch, table, chain, addOp string, old, new []string) {
+	if slices.Equal(old, new) {
+		return
+	}
+	count := map[string]int{}
+	for _, r := range new {
+		count[r]++
+	}
+	for _, r := range old {
+		if count[r] > 0 {
+			count[r]--
+			continue
+		}
+		b.rule(table, "-D", chain, r)
+	}
+	for _, r := range new {
+		if count[r] > 0 {
+			count[r]--
+			b.rule(table, addOp, chain, r)
+		}
+	}
+}
+
+// Cleanup implements proxy.DataPlane: it removes the hooks and every
+// NODENET-* chain from nat and filter.
+func (p *Proxier) Cleanup(ctx context.Context) error {
+	p.synced = false
+	p.services = map[proxy.ServicePortName]*programmed{}
+	ex, err := p.readExisting(ctx)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("cleanup iptables %s: %w", p.family, err)
+	}
+	b := newBatch()
+	for key := range ex.hooks {
+		parts := strings.SplitN(key, "/", 3)
+		b.rule(parts[0], "-D", parts[1], parts[2])
+	}
+	for t, chains := range ex.chains {
+		for _, c := range sortedKeys(chains) {
+			b.deleteChain(t, c)
+		}
+	}
+	if b.empty() {
+		return nil
+	}
+	if err := p.runner.Restore(ctx, b.bytes()); err != nil {
+		return fmt.Errorf("cleanup iptables %s: %w", p.family, err)
+	}
+	return nil
+}

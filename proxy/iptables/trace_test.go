@@ -1,0 +1,272 @@
+package iptables
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// packet is what the tracer walks through the Fake's rules.
+type packet struct {
+	src, dst netip.Addr
+	proto    string
+	dport    uint16
+	local    bool         // originated on the node (nat OUTPUT) rather than arriving (PREROUTING)
+	addrs    []netip.Addr // the node's local addresses (addrtype LOCAL)
+	recent   map[string][]netip.Addr
+}
+
+// outcome is one possible fate of the packet (random load balancing forks).
+type outcome struct {
+	DNAT    string // "ip:port" after nat, "" when not DNATed
+	Masq    bool   // marked for masquerade
+	Verdict string // ACCEPT, REJECT or DROP (filter)
+	Recent  string // recent list set by the DNAT rule
+}
+
+func (o outcome) String() string {
+	s := o.Verdict
+	if o.DNAT != "" {
+		s += " dnat=" + o.DNAT
+	}
+	if o.Masq {
+		s += " masq"
+	}
+	return s
+}
+
+type traceState struct {
+	mark    uint32
+	dnat    string
+	verdict string
+	recent  string
+	done    bool // terminal target reached in this table
+}
+
+// trace walks p through nat then filter of f and returns every outcome.
+func trace(t *testing.T, f *Fake, p packet) []outcome {
+	t.Helper()
+	hook := "PREROUTING"
+	if p.local {
+		hook = "OUTPUT"
+	}
+	var outs []outcome
+	for _, st := range walk(t, f, "nat", hook, p, traceState{}) {
+		dst := p.dst
+		if st.dnat != "" {
+			dst = netip.MustParseAddrPort(st.dnat).Addr()
+		}
+		fhook := "FORWARD"
+		switch {
+		case p.local:
+			fhook = "OUTPUT"
+		case slices.Contains(p.addrs, dst):
+			fhook = "INPUT"
+		}
+		q := p
+		q.dst = dst
+		if st.dnat != "" {
+			q.dport = netip.MustParseAddrPort(st.dnat).Port()
+		}
+		for _, fs := range walk(t, f, "filter", fhook, q, traceState{mark: st.mark}) {
+			v := fs.verdict
+			if v == "" {
+				v = "ACCEPT"
+			}
+			outs = append(outs, outcome{DNAT: st.dnat, Masq: st.mark&0x4000 != 0, Verdict: v, Recent: st.recent})
+		}
+	}
+	return outs
+}
+
+func walk(t *testing.T, f *Fake, table, chain string, p packet, st traceState) []traceState {
+	t.Helper()
+	rules := f.Rules(table, chain)
+	states := []traceState{st}
+	var finished []traceState
+	for _, r := range rules {
+		var next []traceState
+		for _, s := range states {
+			args, err := tokenize(r)
+			if err != nil {
+				t.Fatalf("trace: %v", err)
+			}
+			matchIdx, targetIdx := splitTarget(args)
+			yes, no := evalMatches(t, args[:matchIdx], p, s.mark)
+			if no {
+				next = append(next, s) // branch where the rule does not match
+			}
+			if !yes {
+				continue
+			}
+			if targetIdx < 0 {
+				next = append(next, s)
+				continue
+			}
+			if i := slices.Index(args, "--set"); i >= 0 {
+				for j := i; j+1 < len(args); j++ {
+					if args[j] == "--name" {
+						s.recent = args[j+1]
+					}
+				}
+			}
+			for _, r := range applyTarget(t, f, table, args[targetIdx:], p, s) {
+				if r.done {
+					finished = append(finished, r)
+				} else if r.verdict == "RETURN" {
+					r.verdict = ""
+					finished = append(finished, r)
+				} else {
+					next = append(next, r)
+				}
+			}
+		}
+		states = next
+	}
+	return append(finished, states...)
+}
+
+// splitTarget returns where the matches end and the -j starts (-1: none).
+func splitTarget(args []string) (int, int) {
+	for i, a := range args {
+		if a == "-j" {
+			return i, i + 1
+		}
+	}
+	return len(args), -1
+}
+
+// evalMatches reports whether the packet can match (yes) and can not match
+// (no); random matches allow both.
+func evalMatches(t *testing.T, args []string, p packet, mark uint32) (yes, no bool) {
+	t.Helper()
+	match := true
+	random := false
+	neg := false
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		arg := func() string { i++; return args[i] }
+		var ok bool
+		switch a {
+		case "!":
+			neg = true
+			continue
+		case "-s", "-d":
+			pf := netip.MustParsePrefix(arg())
+			addr := p.src
+			if a == "-d" {
+				addr = p.dst
+			}
+			ok = pf.Contains(addr)
+		case "-p":
+			ok = arg() == p.proto
+		case "-m":
+			arg()
+			continue
+		case "--comment":
+			arg()
+			continue
+		case "--dport":
+			n, _ := strconv.Atoi(arg())
+			ok = uint16(n) == p.dport
+		case "--dst-type", "--src-type":
+			addr := p.src
+			if a == "--dst-type" {
+				addr = p.dst
+			}
+			isLocal := slices.Contains(p.addrs, addr) || (a == "--src-type" && p.local && !addr.IsValid())
+			if a == "--src-type" && p.local {
+				isLocal = true
+			}
+			ok = arg() == "LOCAL" && isLocal
+		case "--mark":
+			v, m, _ := strings.Cut(arg(), "/")
+			vv, _ := strconv.ParseUint(v, 0, 32)
+			mm, _ := strconv.ParseUint(m, 0, 32)
+			ok = mark&uint32(mm) == uint32(vv)
+		case "--ctstate":
+			ok = strings.Contains(arg(), "NEW")
+		case "--mode":
+			arg()
+			continue
+		case "--probability":
+			arg()
+			random = true
+			continue
+		case "--rcheck", "--update":
+			// --rcheck/--update --seconds N --reap --name X --mask M --rsource
+			name := ""
+			for j := i; j < len(args); j++ {
+				if args[j] == "--name" {
+					name = args[j+1]
+				}
+			}
+			ok = slices.Contains(p.recent[name], p.src)
+		case "--seconds", "--name", "--mask":
+			arg()
+			continue
+		case "--reap", "--rsource", "--set":
+			continue
+		default:
+			t.Fatalf("tracer: unknown match option %q in %v", a, args)
+		}
+		if neg {
+			ok = !ok
+			neg = false
+		}
+		match = match && ok
+	}
+	if !match {
+		return false, true
+	}
+	if random {
+		return true, true
+	}
+	return true, false
+}
+
+func applyTarget(t *testing.T, f *Fake, table string, args []string, p packet, s traceState) []traceState {
+	t.Helper()
+	switch args[0] {
+	case "ACCEPT", "DROP", "REJECT":
+		s.verdict, s.done = args[0], true
+		return []traceState{s}
+	case "RETURN":
+		s.verdict = "RETURN"
+		return []traceState{s}
+	case "MARK":
+		// --set-xmark V/M
+		v, m, _ := strings.Cut(args[2], "/")
+		vv, _ := strconv.ParseUint(v, 0, 32)
+		mm, _ := strconv.ParseUint(m, 0, 32)
+		s.mark = (s.mark &^ uint32(mm)) ^ uint32(vv)
+		return []traceState{s}
+	case "DNAT":
+		s.dnat = args[2]
+		s.done = true
+		return []traceState{s}
+	case "MASQUERADE":
+		return []traceState{s}
+	}
+	var out []traceState
+	for _, r := range walk(t, f, table, args[0], p, s) {
+		if r.verdict == "RETURN" {
+			r.verdict = ""
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// summarize renders outcomes as a sorted, de-duplicated list.
+func summarize(outs []outcome) string {
+	var s []string
+	for _, o := range outs {
+		s = append(s, o.String())
+	}
+	slices.Sort(s)
+	return fmt.Sprint(slices.Compact(s))
+}

@@ -1,0 +1,82 @@
+package proxy
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+)
+
+// NodePortAddresses is the parsed --nodeport-addresses value: a list of CIDRs
+// and/or the word "primary" (the node's primary IPs from its Node object).
+// Empty means every local address.
+type NodePortAddresses struct {
+	CIDRs   []netip.Prefix
+	Primary bool
+}
+
+// ParseNodePortAddresses parses --nodeport-addresses values ("10.0.0.0/8",
+// "primary", comma lists already split or not).
+func ParseNodePortAddresses(values []string) (NodePortAddresses, error) {
+	var n NodePortAddresses
+	for _, v := range values {
+		for _, s := range strings.Split(v, ",") {
+			s = strings.TrimSpace(s)
+			switch {
+			case s == "":
+			case strings.EqualFold(s, "primary"):
+				n.Primary = true
+			default:
+				p, err := netip.ParsePrefix(s)
+				if err != nil {
+					return NodePortAddresses{}, fmt.Errorf("parse nodeport address %q: want a CIDR or \"primary\": %w", s, err)
+				}
+				n.CIDRs = append(n.CIDRs, p.Masked())
+			}
+		}
+	}
+	return n, nil
+}
+
+// Resolve computes where NodePorts of family f are open. local are the
+// node's current interface addresses (any family), nodeIPs its primary IPs
+// from the Node object. With no CIDRs of this family and no "primary",
+// NodePorts are open on every local address (All).
+func (n NodePortAddresses) Resolve(f Family, local, nodeIPs []netip.Addr) NodePorts {
+	var cidrs []netip.Prefix
+	for _, p := range n.CIDRs {
+		if f.Contains(p.Addr()) {
+			cidrs = append(cidrs, p)
+		}
+	}
+	if len(cidrs) == 0 && !n.Primary {
+		return NodePorts{All: true}
+	}
+	var out []netip.Addr
+	for _, a := range local {
+		a = a.Unmap()
+		if !f.Contains(a) {
+			continue
+		}
+		for _, p := range cidrs {
+			if p.Contains(a) {
+				out = append(out, a)
+				break
+			}
+		}
+	}
+	if n.Primary {
+		for _, a := range nodeIPs {
+			if f.Contains(a) {
+				out = append(out, a.Unmap())
+			}
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return NodePorts{Addrs: slices.Compact(out)}
+}
+
+// Equal reports whether two resolutions are the same.
+func (p NodePorts) Equal(o NodePorts) bool {
+	return p.All == o.All && slices.Equal(p.Addrs, o.Addrs)
+}

@@ -1,0 +1,355 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Config configures a Proxy. Zero values get kube-proxy's defaults.
+type Config struct {
+	// NodeName is this node (--hostname-override or the host name).
+	NodeName string
+	// ClusterCIDRs (--cluster-cidr, any family) and MasqueradeAll
+	// (--masquerade-all) decide masquerading.
+	ClusterCIDRs  []netip.Prefix
+	MasqueradeAll bool
+	// NodePortAddresses is --nodeport-addresses.
+	NodePortAddresses NodePortAddresses
+	// LocalAddrs lists the node's interface addresses (for
+	// --nodeport-addresses CIDRs); nil means none are known.
+	LocalAddrs func() ([]netip.Addr, error)
+
+	// MinSyncPeriod bounds how often syncs run (bursts of SyncBurst allowed);
+	// default 1s. SyncPeriod forces a full resync; default 1h (kube-proxy's
+	// default for its iptables mode is 1h too, with partial syncs between).
+	MinSyncPeriod time.Duration
+	SyncPeriod    time.Duration
+	SyncBurst     int
+
+	// Conntrack deletes stale UDP flows (nil: no cleanup).
+	Conntrack Conntrack
+	// HealthCheckListen opens healthCheckNodePort listeners (nil:
+	// DefaultListen).
+	HealthCheckListen ListenFunc
+
+	Logger  *slog.Logger
+	Metrics *Metrics
+}
+
+// Proxy is the core: it owns the tracker, builds snapshots and drives one
+// DataPlane per IP family from a bounded-frequency runner.
+type Proxy struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics *Metrics
+	tracker *Tracker
+	planes  map[Family]DataPlane
+	fams    []Family
+	health  *healthState
+	hc      *healthCheckServers
+
+	nudgeCh chan struct{}
+
+	// Sync state, guarded by syncMu (only the runner or SyncNow hold it).
+	syncMu     sync.Mutex
+	first      bool
+	fullNeeded map[Family]bool
+	desired    map[Family]*Snapshot // last built
+	programmed map[Family]*Snapshot // last successfully synced
+	state      map[Family]*familyState
+	nodePorts  map[Family]NodePorts
+	lastFull   time.Time
+}
+
+// New returns a Proxy driving planes (at least one family).
+func New(cfg Config, planes map[Family]DataPlane) (*Proxy, error) {
+	if len(planes) == 0 {
+		return nil, errors.New("new proxy: no data plane")
+	}
+	if cfg.MinSyncPeriod == 0 {
+		cfg.MinSyncPeriod = time.Second
+	}
+	if cfg.SyncPeriod == 0 {
+		cfg.SyncPeriod = time.Hour
+	}
+	if cfg.SyncBurst <= 0 {
+		cfg.SyncBurst = 2
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics()
+	}
+	if cfg.HealthCheckListen == nil {
+		cfg.HealthCheckListen = DefaultListen
+	}
+	p := &Proxy{
+		cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, planes: planes,
+		nudgeCh:    make(chan struct{}, 1),
+		first:      true,
+		fullNeeded: map[Family]bool{},
+		desired:    map[Family]*Snapshot{},
+		programmed: map[Family]*Snapshot{},
+		state:      map[Family]*familyState{},
+		nodePorts:  map[Family]NodePorts{},
+	}
+	stale := 2 * cfg.SyncPeriod
+	if stale > 2*time.Minute {
+		stale = 2 * time.Minute
+	}
+	p.health = &healthState{staleAfter: max(stale, 10*cfg.MinSyncPeriod), now: time.Now}
+	p.hc = &healthCheckServers{listen: cfg.HealthCheckListen, log: cfg.Logger, health: p.health}
+	for f := range planes {
+		p.fams = append(p.fams, f)
+		p.state[f] = &familyState{byService: map[types.NamespacedName][]*ServicePort{}}
+	}
+	slices.Sort(p.fams)
+	p.tracker = NewTracker(p.nudge)
+	return p, nil
+}
+
+// Tracker is the change tracker the informers (or tests) feed.
+func (p *Proxy) Tracker() *Tracker { return p.tracker }
+
+// Metrics returns the proxy's metrics.
+func (p *Proxy) Metrics() *Metrics { return p.metrics }
+
+func (p *Proxy) nudge() {
+	p.health.queued()
+	p.metrics.PendingChanges.Set(float64(p.tracker.Pending()))
+	select {
+	case p.nudgeCh <- struct{}{}:
+	default:
+	}
+}
+
+// Snapshot returns the last snapshot built for family f (nil before the
+// first sync). Read-only.
+func (p *Proxy) Snapshot(f Family) *Snapshot {
+	p.syncMu.Lock()
+	defer p.syncMu.Unlock()
+	return p.desired[f]
+}
+
+// RunLoop runs the bounded-frequency sync runner until ctx ends: a change
+// syncs at once if the burst allows, else after MinSyncPeriod since the
+// earlier syncs; failures retry after MinSyncPeriod; SyncPeriod forces a full
+// sync. It does not start informers (Run does).
+func (p *Proxy) RunLoop(ctx context.Context) {
+	defer p.hc.closeAll()
+	bucket := newBucket(p.cfg.SyncBurst, p.cfg.MinSyncPeriod)
+	periodic := time.NewTicker(p.cfg.SyncPeriod)
+	defer periodic.Stop()
+	var retry <-chan time.Time
+	full := false
+	p.nudge() // the first sync runs even with nothing to track
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.nudgeCh:
+		case <-periodic.C:
+			full = true
+		case <-retry:
+			retry = nil
+		}
+		if wait := bucket.take(time.Now()); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+		}
+		// Drain a nudge that arrived meanwhile: this sync covers it.
+		select {
+		case <-p.nudgeCh:
+		default:
+		}
+		if err := p.SyncNow(ctx, full); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			p.log.Error("sync failed; retrying", "err", err, "after", p.cfg.MinSyncPeriod)
+			retry = time.After(p.cfg.MinSyncPeriod)
+		} else {
+			full = false
+		}
+	}
+}
+
+// SyncNow runs one sync immediately (tests and benchmarks call it directly;
+// RunLoop calls it under its rate limit). forceFull rewrites everything.
+func (p *Proxy) SyncNow(ctx context.Context, forceFull bool) error {
+	p.syncMu.Lock()
+	defer p.syncMu.Unlock()
+	start := time.Now()
+	if start.Sub(p.lastFull) >= p.cfg.SyncPeriod {
+		forceFull = true
+	}
+	first := p.first
+	c := p.tracker.take(first)
+	p.metrics.PendingChanges.Set(float64(p.tracker.Pending()))
+
+	local, err := p.localAddrs()
+	if err != nil {
+		p.tracker.requeue(c)
+		return fmt.Errorf("list local addresses: %w", err)
+	}
+	var errs []error
+	allOK := true
+	for _, f := range p.fams {
+		node := nodeInfo(p.cfg.NodeName, c.node, f)
+		nps := p.cfg.NodePortAddresses.Resolve(f, local, node.IPs)
+		npsChanged := !nps.Equal(p.nodePorts[f])
+		full := forceFull || first || p.fullNeeded[f] || c.nodeChanged || npsChanged
+		in := buildInput{
+			family: f, node: node, nodePorts: nps,
+			clusterCIDRs: familyPrefixes(p.cfg.ClusterCIDRs, f), masqueradeAll: p.cfg.MasqueradeAll,
+			prev: p.desired[f], changes: c, reselectAll: c.nodeChanged,
+		}
+		snap, bad := p.state[f].buildSnapshot(in, p.log)
+		p.metrics.countInvalid(bad)
+		p.desired[f] = snap
+		p.nodePorts[f] = nps
+
+		cs := ChangeSet{Full: full, Services: make(map[types.NamespacedName]struct{}, len(c.services))}
+		for n := range c.services {
+			cs.Services[n] = struct{}{}
+		}
+		if err := p.syncFamily(ctx, f, snap, cs, start); err != nil {
+			allOK = false
+			p.fullNeeded[f] = true
+			errs = append(errs, err)
+			continue
+		}
+		p.fullNeeded[f] = false
+	}
+	p.first = false
+	if full := forceFull || first; full && allOK {
+		p.lastFull = start
+	}
+	snaps := make([]*Snapshot, 0, len(p.fams))
+	for _, f := range p.fams {
+		snaps = append(snaps, p.desired[f])
+	}
+	p.hc.update(ctx, healthChecks(snaps))
+	if !allOK {
+		p.tracker.requeue(c)
+		return errors.Join(errs...)
+	}
+	p.health.synced(p.tracker.Pending() > 0)
+	p.metrics.LastSync.SetToCurrentTime()
+	p.observeLatency(c)
+	if len(c.services) > 0 || first {
+		p.log.Debug("synced", "services", len(c.services), "took", time.Since(start))
+	}
+	return nil
+}
+
+func (p *Proxy) syncFamily(ctx context.Context, f Family, snap *Snapshot, cs ChangeSet, start time.Time) error {
+	dp := p.planes[f]
+	mode, fam := dp.Name(), f.String()
+	res, err := dp.Sync(ctx, snap, cs)
+	kind := "partial"
+	if cs.Full {
+		kind = "full"
+	}
+	p.metrics.SyncDuration.WithLabelValues(mode, fam, kind).Observe(time.Since(start).Seconds())
+	if err != nil {
+		p.metrics.SyncFailures.WithLabelValues(mode, fam).Inc()
+		return fmt.Errorf("sync %s %s: %w", mode, f, err)
+	}
+	p.metrics.RulesProgrammed.WithLabelValues(mode, fam).Set(float64(res.Total))
+	p.metrics.RulesWritten.WithLabelValues(mode, fam).Add(float64(res.Written))
+	p.cleanConntrack(f, p.programmed[f], snap, cs)
+	p.programmed[f] = snap
+	return nil
+}
+
+func (p *Proxy) cleanConntrack(f Family, prev, next *Snapshot, cs ChangeSet) {
+	if p.cfg.Conntrack == nil || prev == nil && !cs.Full {
+		return
+	}
+	stale := staleUDPFlows(prev, next, cs)
+	if stale.empty() {
+		return
+	}
+	n, err := p.cfg.Conntrack.DeleteFlows(f, stale)
+	p.metrics.ConntrackDeleted.Add(float64(n))
+	if err != nil {
+		// Not fatal for the sync: the rules are right; stale flows age out.
+		p.metrics.ConntrackFailures.Inc()
+		p.log.Warn("clean stale UDP conntrack entries", "family", f, "err", err)
+	}
+}
+
+func (p *Proxy) observeLatency(c changes) {
+	now := time.Now()
+	for _, pc := range c.services {
+		if pc.since.IsZero() {
+			continue
+		}
+		for _, f := range p.fams {
+			p.metrics.ProgrammingLatency.WithLabelValues(p.planes[f].Name(), f.String()).Observe(now.Sub(pc.since).Seconds())
+		}
+	}
+}
+
+func (p *Proxy) localAddrs() ([]netip.Addr, error) {
+	if p.cfg.LocalAddrs == nil || len(p.cfg.NodePortAddresses.CIDRs) == 0 {
+		return nil, nil
+	}
+	return p.cfg.LocalAddrs()
+}
+
+func familyPrefixes(ps []netip.Prefix, f Family) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range ps {
+		if f.Contains(p.Addr()) {
+			out = append(out, p.Masked())
+		}
+	}
+	return out
+}
+
+// bucket is a token bucket: burst tokens, one refilled every period.
+type bucket struct {
+	burst  int
+	period time.Duration
+	tokens float64
+	last   time.Time
+}
+
+func newBucket(burst int, period time.Duration) *bucket {
+	return &bucket{burst: burst, period: period, tokens: float64(burst)}
+}
+
+// take consumes a token, returning how long to wait for it first.
+func (b *bucket) take(now time.Time) time.Duration {
+	if b.period <= 0 {
+		return 0
+	}
+	if !b.last.IsZero() {
+		b.tokens = min(float64(b.burst), b.tokens+float64(now.Sub(b.last))/float64(b.period))
+	}
+	b.last = now
+	b.tokens--
+	if b.tokens >= 0 {
+		return 0
+	}
+	return time.Duration(-b.tokens * float64(b.period))
+}
+
+// HealthHandler serves /healthz, /livez and /readyz: unhealthy when changes
+// have waited for a sync too long.
+func (p *Proxy) HealthHandler() http.Handler { return p.health.handler() }

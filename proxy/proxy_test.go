@@ -1,0 +1,443 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/vishvananda/netlink"
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+)
+
+// recordingPlane is a DataPlane that remembers what it was asked to do.
+type recordingPlane struct {
+	mu      sync.Mutex
+	syncs   []ChangeSet
+	snaps   []*Snapshot
+	failing error
+}
+
+func (r *recordingPlane) Sync(_ context.Context, s *Snapshot, c ChangeSet) (SyncResult, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.syncs = append(r.syncs, c)
+	r.snaps = append(r.snaps, s)
+	if r.failing != nil {
+		return SyncResult{}, r.failing
+	}
+	return SyncResult{Written: len(s.Services), Total: len(s.Services)}, nil
+}
+func (r *recordingPlane) Cleanup(context.Context) error { return nil }
+func (r *recordingPlane) Name() string                  { return "recording" }
+
+func (r *recordingPlane) last() (*Snapshot, ChangeSet) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.snaps[len(r.snaps)-1], r.syncs[len(r.syncs)-1]
+}
+
+var rvCounter int
+
+func service(ns, name, ip string, ports ...v1.ServicePort) *v1.Service {
+	rvCounter++
+	if len(ports) == 0 {
+		ports = []v1.ServicePort{{Name: "http", Port: 80, Protocol: v1.ProtocolTCP, TargetPort: intstr.FromInt(8080)}}
+	}
+	return &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, ResourceVersion: fmt.Sprint(rvCounter)},
+		Spec:       v1.ServiceSpec{Type: v1.ServiceTypeClusterIP, ClusterIP: ip, ClusterIPs: []string{ip}, Ports: ports},
+	}
+}
+
+func slice(ns, svc, name string, port int32, addrs ...string) *discovery.EndpointSlice {
+	rvCounter++
+	pn, proto := "http", v1.ProtocolTCP
+	sl := &discovery.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, ResourceVersion: fmt.Sprint(rvCounter),
+			Labels: map[string]string{discovery.LabelServiceName: svc}},
+		AddressType: discovery.AddressTypeIPv4,
+		Ports:       []discovery.EndpointPort{{Name: &pn, Port: &port, Protocol: &proto}},
+	}
+	for _, a := range addrs {
+		node := "n1"
+		sl.Endpoints = append(sl.Endpoints, discovery.Endpoint{Addresses: []string{a}, NodeName: &node})
+	}
+	return sl
+}
+
+func newTestProxy(t *testing.T, cfg Config) (*Proxy, *recordingPlane) {
+	t.Helper()
+	rp := &recordingPlane{}
+	if cfg.NodeName == "" {
+		cfg.NodeName = "n1"
+	}
+	p, err := New(cfg, map[Family]DataPlane{IPv4: rp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, rp
+}
+
+func TestChangeTrackingAndChangeSets(t *testing.T) {
+	ctx := context.Background()
+	p, rp := newTestProxy(t, Config{})
+	tr := p.Tracker()
+	tr.SetService(service("a", "web", "10.96.0.1"))
+	tr.SetService(service("a", "db", "10.96.0.2"))
+	tr.SetEndpointSlice(slice("a", "web", "web-1", 8080, "10.244.0.1", "10.244.0.2"))
+	if err := p.SyncNow(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	snap, cs := rp.last()
+	if !cs.Full {
+		t.Error("first sync is not full")
+	}
+	web := ServicePortName{NamespacedName: types.NamespacedName{Namespace: "a", Name: "web"}, Port: "http", Protocol: TCP}
+	db := ServicePortName{NamespacedName: types.NamespacedName{Namespace: "a", Name: "db"}, Port: "http", Protocol: TCP}
+	if len(snap.Services) != 2 || len(snap.Services[web].Selected.Cluster) != 2 || len(snap.Services[db].Selected.Cluster) != 0 {
+		t.Fatalf("snapshot: %+v", snap.Services)
+	}
+	if got := snap.Services[web].Endpoints[0]; got.Port != 8080 || !got.Ready || !got.IsLocal {
+		t.Errorf("endpoint = %+v", got)
+	}
+	dbBefore := snap.Services[db]
+
+	// One slice change: a partial sync naming only that service; the other
+	// service's port is shared untouched.
+	tr.SetEndpointSlice(slice("a", "web", "web-1", 8080, "10.244.0.1"))
+	if err := p.SyncNow(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	snap2, cs := rp.last()
+	if cs.Full || len(cs.Services) != 1 || !cs.Has(web.NamespacedName) || cs.Has(db.NamespacedName) {
+		t.Errorf("change set = %+v", cs)
+	}
+	if snap2.Services[db] != dbBefore {
+		t.Error("unchanged service was rebuilt")
+	}
+	if n := len(snap2.Services[web].Selected.Cluster); n != 1 {
+		t.Errorf("web has %d endpoints, want 1", n)
+	}
+	if n := len(snap.Services[web].Selected.Cluster); n != 2 {
+		t.Error("previous snapshot was mutated")
+	}
+
+	// Deletion: the name is in the change set and gone from the snapshot.
+	tr.DeleteService("a", "db")
+	if err := p.SyncNow(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	snap3, cs := rp.last()
+	if !cs.Has(db.NamespacedName) || snap3.Services[db] != nil {
+		t.Errorf("delete: change set %+v, snapshot has db: %v", cs, snap3.Services[db] != nil)
+	}
+
+	// Informer resync with the same resourceVersion is not a change.
+	svc := service("a", "web2", "10.96.0.3")
+	tr.SetService(svc)
+	_ = p.SyncNow(ctx, false)
+	tr.SetService(svc)
+	if tr.Pending() != 0 {
+		t.Error("same resourceVersion counted as a change")
+	}
+
+	// A failed sync is retried as a full one, with the changes still there.
+	rp.failing = errors.New("boom")
+	tr.SetEndpointSlice(slice("a", "web", "web-1", 8080, "10.244.0.9"))
+	if err := p.SyncNow(ctx, false); err == nil {
+		t.Fatal("sync did not fail")
+	}
+	if tr.Pending() == 0 {
+		t.Error("changes of a failed sync were dropped")
+	}
+	rp.failing = nil
+	if err := p.SyncNow(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, cs := rp.last(); !cs.Full {
+		t.Error("sync after a failure is not full")
+	}
+	if got := metricValue(p.Metrics().SyncFailures.WithLabelValues("recording", "IPv4")); got != 1 {
+		t.Errorf("sync failures metric = %v", got)
+	}
+}
+
+func TestNodeChangeReselects(t *testing.T) {
+	ctx := context.Background()
+	p, rp := newTestProxy(t, Config{})
+	tr := p.Tracker()
+	svc := service("a", "web", "10.96.0.1")
+	dist := "PreferClose"
+	svc.Spec.TrafficDistribution = &dist
+	tr.SetService(svc)
+	sl := slice("a", "web", "web-1", 8080, "10.244.0.1", "10.244.0.2")
+	z1, z2 := "z1", "z2"
+	sl.Endpoints[0].Zone, sl.Endpoints[1].Zone = &z1, &z2
+	tr.SetEndpointSlice(sl)
+	_ = p.SyncNow(ctx, false)
+	snap, _ := rp.last()
+	for _, sp := range snap.Services {
+		if len(sp.Selected.Cluster) != 2 {
+			t.Fatalf("no zone yet: %v", ips(sp.Selected.Cluster))
+		}
+	}
+	tr.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", Labels: map[string]string{ZoneLabel: "z2"}}})
+	_ = p.SyncNow(ctx, false)
+	snap, cs := rp.last()
+	if !cs.Full {
+		t.Error("node change did not force a full sync")
+	}
+	for _, sp := range snap.Services {
+		if got := ips(sp.Selected.Cluster); len(got) != 1 || got[0] != "10.244.0.2" {
+			t.Errorf("after zone z2: %v", got)
+		}
+	}
+}
+
+func TestBadInputIsSkipped(t *testing.T) {
+	ctx := context.Background()
+	p, rp := newTestProxy(t, Config{})
+	tr := p.Tracker()
+	tr.SetService(service("a", "good", "10.96.0.1"))
+	tr.SetService(service("a", "badip", "10.96.0.300"))
+	tr.SetService(service("a", "port0", "10.96.0.3", v1.ServicePort{Name: "x", Port: 0}))
+	tr.SetService(service("a", "proto", "10.96.0.4", v1.ServicePort{Name: "x", Port: 80, Protocol: "ICMP"},
+		v1.ServicePort{Name: "ok", Port: 81, Protocol: v1.ProtocolUDP}))
+	bad := slice("a", "good", "good-1", 8080, "10.244.0.1", "not-an-ip", "10.244.0.2")
+	tr.SetEndpointSlice(bad)
+	tr.SetEndpointSlice(slice("a", "good", "good-2", 0, "10.244.0.7"))
+	if err := p.SyncNow(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	snap, _ := rp.last()
+	var names []string
+	for n, sp := range snap.Services {
+		names = append(names, n.String())
+		if n.Name == "good" && len(sp.Endpoints) != 2 {
+			t.Errorf("good has endpoints %v", ips(sp.Endpoints))
+		}
+	}
+	if len(snap.Services) != 2 {
+		t.Errorf("programmable ports = %v, want a/good:http and a/proto:ok", names)
+	}
+	svcBad := metricValue(p.Metrics().InvalidInput.WithLabelValues("service"))
+	sliceBad := metricValue(p.Metrics().InvalidInput.WithLabelValues("endpointslice"))
+	if svcBad != 3 || sliceBad != 2 {
+		t.Errorf("invalid input metric: service %v (want 3), endpointslice %v (want 2)", svcBad, sliceBad)
+	}
+}
+
+func TestServicePortsFor(t *testing.T) {
+	svc := service("a", "lb", "10.96.0.10",
+		v1.ServicePort{Name: "dns", Port: 53, Protocol: v1.ProtocolUDP, NodePort: 30053},
+		v1.ServicePort{Name: "sctp", Port: 99, Protocol: v1.ProtocolSCTP, NodePort: 30099})
+	svc.Spec.Type = v1.ServiceTypeLoadBalancer
+	svc.Spec.ClusterIPs = []string{"10.96.0.10", "fd00::10"}
+	svc.Spec.ExternalIPs = []string{"192.0.2.2", "192.0.2.1", "2001:db8::1"}
+	svc.Spec.LoadBalancerSourceRanges = []string{"203.0.113.0/24", "2001:db8::/32"}
+	svc.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+	svc.Spec.HealthCheckNodePort = 31000
+	svc.Spec.SessionAffinity = v1.ServiceAffinityClientIP
+	to := int32(30)
+	svc.Spec.SessionAffinityConfig = &v1.SessionAffinityConfig{ClientIP: &v1.ClientIPConfig{TimeoutSeconds: &to}}
+	svc.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "198.51.100.1"}, {Hostname: "lb.example"}}
+	v4, errs := ServicePortsFor(svc, IPv4)
+	if len(errs) != 0 || len(v4) != 2 {
+		t.Fatalf("v4: %v %v", v4, errs)
+	}
+	sp := v4[0]
+	if sp.ClusterIP.String() != "10.96.0.10" || sp.NodePort != 30053 || sp.Protocol != UDP || !sp.ExternalPolicyLocal ||
+		sp.HealthCheckNodePort != 31000 || sp.AffinityTimeout != 30*time.Second ||
+		fmt.Sprint(sp.ExternalIPs) != "[192.0.2.1 192.0.2.2]" || fmt.Sprint(sp.LoadBalancerIPs) != "[198.51.100.1]" ||
+		fmt.Sprint(sp.LoadBalancerSourceRanges) != "[203.0.113.0/24]" {
+		t.Errorf("v4 port: %+v", sp)
+	}
+	v6, _ := ServicePortsFor(svc, IPv6)
+	if len(v6) != 2 || v6[0].ClusterIP.String() != "fd00::10" || fmt.Sprint(v6[0].ExternalIPs) != "[2001:db8::1]" {
+		t.Errorf("v6: %+v", v6)
+	}
+	headless := service("a", "h", "None")
+	if sps, errs := ServicePortsFor(headless, IPv4); len(sps)+len(errs) != 0 {
+		t.Error("headless service produced ports")
+	}
+}
+
+func TestStaleUDPFlows(t *testing.T) {
+	name := ServicePortName{NamespacedName: types.NamespacedName{Namespace: "a", Name: "dns"}, Port: "dns", Protocol: UDP}
+	mk := func(addrs ...string) *Snapshot {
+		sp := &ServicePort{Name: name, ClusterIP: netip.MustParseAddr("10.96.0.10"), Port: 53, Protocol: UDP, NodePort: 30053}
+		for _, a := range addrs {
+			sp.Endpoints = append(sp.Endpoints, Endpoint{IP: netip.MustParseAddr(a), Port: 5353, Ready: true, Serving: true})
+		}
+		sp.Selected = SelectEndpoints(sp, NodeInfo{})
+		return &Snapshot{Services: map[ServicePortName]*ServicePort{name: sp}}
+	}
+	cs := ChangeSet{Services: map[types.NamespacedName]struct{}{name.NamespacedName: {}}}
+	flow := func(dst string, dport uint16, be string, bport uint16) *netlink.ConntrackFlow {
+		f := &netlink.ConntrackFlow{}
+		f.Forward.Protocol, f.Forward.DstIP, f.Forward.DstPort = 17, net.ParseIP(dst), dport
+		f.Reverse.SrcIP, f.Reverse.SrcPort = net.ParseIP(be), bport
+		return f
+	}
+	// Endpoint removed: flows DNATed to it go, flows to the survivor stay.
+	s := staleUDPFlows(mk("10.244.0.1", "10.244.0.2"), mk("10.244.0.1"), cs)
+	for _, c := range []struct {
+		f    *netlink.ConntrackFlow
+		want bool
+	}{
+		{flow("10.96.0.10", 53, "10.244.0.2", 5353), true},
+		{flow("10.96.0.10", 53, "10.244.0.1", 5353), false},
+		{flow("192.168.0.1", 30053, "10.244.0.2", 5353), true}, // via NodePort
+		{flow("10.96.0.11", 53, "10.244.0.2", 5353), false},
+	} {
+		if got := s.MatchConntrackFlow(c.f); got != c.want {
+			t.Errorf("removed endpoint: match(%v→%v) = %v", c.f.Forward.DstIP, c.f.Reverse.SrcIP, got)
+		}
+	}
+	// None → some: un-DNATed flows to the VIP go.
+	s = staleUDPFlows(mk(), mk("10.244.0.1"), cs)
+	if !s.MatchConntrackFlow(flow("10.96.0.10", 53, "10.96.0.10", 53)) || s.MatchConntrackFlow(flow("10.96.0.10", 53, "10.244.0.1", 5353)) {
+		t.Error("none→some: wrong match")
+	}
+	// Unchanged service: nothing.
+	if s := staleUDPFlows(mk("10.244.0.1"), mk("10.244.0.1"), ChangeSet{}); !s.empty() {
+		t.Error("unchanged service produced stale flows")
+	}
+}
+
+func TestHealthCheckNodePort(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addrs := make(chan string, 4)
+	p, _ := newTestProxy(t, Config{HealthCheckListen: func(ctx context.Context, _ string) (net.Listener, error) {
+		ln, err := DefaultListen(ctx, "127.0.0.1:0")
+		if err == nil {
+			addrs <- ln.Addr().String()
+		}
+		return ln, err
+	}})
+	defer p.hc.closeAll()
+	svc := service("a", "lb", "10.96.0.10", v1.ServicePort{Name: "http", Port: 80, NodePort: 30080})
+	svc.Spec.Type = v1.ServiceTypeLoadBalancer
+	svc.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+	svc.Spec.HealthCheckNodePort = 31000
+	p.Tracker().SetService(svc)
+	if err := p.SyncNow(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	addr := <-addrs
+	get := func() (int, map[string]any) {
+		resp, err := http.Get("http://" + addr + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var body map[string]any
+		_ = json.NewDecoder(resp.Body).Decode(&body)
+		return resp.StatusCode, body
+	}
+	if code, body := get(); code != http.StatusServiceUnavailable || body["localEndpoints"] != 0.0 {
+		t.Errorf("no local endpoints: %d %v", code, body)
+	}
+	sl := slice("a", "lb", "lb-1", 8080, "10.244.0.1", "10.244.0.2")
+	other := "n2"
+	sl.Endpoints[1].NodeName = &other
+	p.Tracker().SetEndpointSlice(sl)
+	if err := p.SyncNow(ctx, false); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := get(); code != http.StatusOK || body["localEndpoints"] != 1.0 {
+		t.Errorf("one local endpoint: %d %v", code, body)
+	}
+}
+
+func TestBucket(t *testing.T) {
+	b := newBucket(2, time.Second)
+	now := time.Unix(0, 0)
+	if b.take(now) != 0 || b.take(now) != 0 {
+		t.Fatal("burst of 2 not allowed")
+	}
+	if w := b.take(now); w != time.Second {
+		t.Fatalf("third sync waits %v, want 1s", w)
+	}
+	if w := b.take(now.Add(3 * time.Second)); w != 0 {
+		t.Fatalf("after idle: wait %v", w)
+	}
+}
+
+func TestRunLoopCoalescesAndRateLimits(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p, rp := newTestProxy(t, Config{MinSyncPeriod: 200 * time.Millisecond})
+	done := make(chan struct{})
+	go func() { p.RunLoop(ctx); close(done) }()
+	for i := range 50 {
+		p.Tracker().SetService(service("a", fmt.Sprint("s", i), fmt.Sprintf("10.96.1.%d", i)))
+		time.Sleep(5 * time.Millisecond)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if snap := p.Snapshot(IPv4); snap != nil && len(snap.Services) == 50 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("services never synced")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	rp.mu.Lock()
+	n := len(rp.syncs)
+	rp.mu.Unlock()
+	// 250 ms of changes at ≤ burst 2 + 1 per 200 ms: a handful of syncs.
+	if n > 6 {
+		t.Errorf("%d syncs for 50 changes in 250ms; rate limit not applied", n)
+	}
+	cancel()
+	<-done
+}
+
+func metricValue(m prometheus.Metric) float64 {
+	var d dto.Metric
+	if err := m.Write(&d); err != nil {
+		panic(err)
+	}
+	switch {
+	case d.Counter != nil:
+		return d.Counter.GetValue()
+	case d.Gauge != nil:
+		return d.Gauge.GetValue()
+	}
+	return 0
+}
+
+func TestProgrammingLatencyFromTriggerTime(t *testing.T) {
+	p, _ := newTestProxy(t, Config{})
+	p.Tracker().SetService(service("a", "web", "10.96.0.1"))
+	sl := slice("a", "web", "web-1", 8080, "10.244.0.1")
+	sl.Annotations = map[string]string{TriggerTimeAnnotation: time.Now().Add(-3 * time.Second).Format(time.RFC3339Nano)}
+	p.Tracker().SetEndpointSlice(sl)
+	if err := p.SyncNow(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	var d dto.Metric
+	h, _ := p.Metrics().ProgrammingLatency.GetMetricWithLabelValues("recording", "IPv4")
+	if err := h.(prometheus.Metric).Write(&d); err != nil {
+		t.Fatal(err)
+	}
+	if d.Histogram.GetSampleCount() != 1 || d.Histogram.GetSampleSum() < 3 {
+		t.Errorf("latency samples %d sum %.2fs, want 1 sample ≥ 3s (from the annotation)", d.Histogram.GetSampleCount(), d.Histogram.GetSampleSum())
+	}
+}

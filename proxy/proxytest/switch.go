@@ -1,0 +1,54 @@
+package proxytest
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/nodenet/nodenet/internal/nettest"
+)
+
+// Mode is one data plane as the switch test sees it.
+type Mode struct {
+	Name string
+	New  NewDataPlane
+	// Leftovers describes any kernel state of this mode left in node ("" if
+	// none).
+	Leftovers func(t testing.TB, node *nettest.NS) string
+}
+
+// SwitchSuite starts the proxy in mode a, then switches to b the way
+// `nodenet proxy` does (the new mode cleans up every other mode first) and
+// back, checking after each switch that the old mode left nothing behind and
+// that a ClusterIP keeps working.
+func SwitchSuite(t *testing.T, a, b Mode) {
+	e := NewEnv(t, a.New)
+	svc := e.CreateService(t, Service("switch", v1.ProtocolTCP, TCPPort))
+	e.SetEndpoints(t, svc, TCPPort, Pod1, Pod2)
+	works := func(mode string) {
+		t.Helper()
+		Eventually(t, wait, fmt.Sprintf("ClusterIP under %s", mode), func() error {
+			_, err := DialTCP(e.Client, vip(svc), time.Second)
+			return err
+		})
+	}
+	e.StartProxy(t)
+	works(a.Name)
+	for _, step := range []struct{ from, to Mode }{{a, b}, {b, a}} {
+		e.StopProxy()
+		if err := step.from.New(t, e.Node).Cleanup(context.Background()); err != nil {
+			t.Fatalf("clean up %s: %v", step.from.Name, err)
+		}
+		if left := step.from.Leftovers(t, e.Node); left != "" {
+			t.Fatalf("%s left state behind after cleanup:\n%s", step.from.Name, left)
+		}
+		e.StartProxyWith(t, step.to.New(t, e.Node))
+		works(step.to.Name)
+		if left := step.from.Leftovers(t, e.Node); left != "" {
+			t.Fatalf("%s state reappeared under %s:\n%s", step.from.Name, step.to.Name, left)
+		}
+	}
+}
