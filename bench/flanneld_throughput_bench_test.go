@@ -1,0 +1,451 @@
+//go:build linux
+
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodenet/nodenet/controllers/nodeipam"
+	"github.com/nodenet/nodenet/flanneld"
+	"github.com/nodenet/nodenet/flanneld/subnetenv"
+	"github.com/nodenet/nodenet/internal/nettest"
+	"github.com/nodenet/nodenet/internal/testapi"
+)
+
+const (
+	tputSeconds = 5    // iperf3 -t
+	tputRTs     = 2000 // measured TCP request/response round trips
+	tputWarmup  = 200  // unmeasured round trips first (neighbours, caches)
+	tputPort    = 5201 // iperf3's default port
+)
+
+// tputResult is one variant's data path: iperf3 throughput and the
+// round-trip latency of a 1-byte TCP request/response.
+type tputResult struct {
+	Gbps    float64 // end.sum_received.bits_per_second / 1e9
+	Retrans int     // end.sum_sent.retransmits
+	RTT     Latency
+}
+
+func (r tputResult) String() string {
+	return fmt.Sprintf("%.2f Gbit/s (%d retransmits), TCP 1-byte RR p50 %.1fµs p99 %.1fµs (n=%d)",
+		r.Gbps, r.Retrans, us(r.RTT.P50), us(r.RTT.P99), r.RTT.N)
+}
+
+func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+// BenchmarkFlanneldThroughput measures the pod-to-pod data path across two
+// nodes, built like flanneld's TestMultiNode: a "lan" namespace whose br0 is
+// the node network, two node namespaces with eth0 on it, an in-process API
+// server with the node IPAM controller, one in-process flanneld per node
+// (host-gw or vxlan, --ip-masq) and a pod namespace per node wired by hand
+// with a veth to its node (gateway .1 on the node side, pod .2), its MTU
+// set from subnet.env's FLANNEL_MTU as the CNI plugin would.
+//
+// The "veth" variant is the limit: two pod namespaces joined directly by
+// one veth pair, no nodes, no routing. It runs first so the others can
+// report their ratio to it (filtering it out drops the ratios).
+//
+// Per variant: throughput is `iperf3 -c <pod> -t 5 -J` run in one pod
+// namespace against `iperf3 -s -1` in the other (end.sum_received); latency
+// is a Go TCP request/response of 1 byte each way over one connection
+// (netperf TCP_RR style), 2000 round trips after 200 unmeasured ones,
+// reported as p50/p99. Everything (processes, daemons, API server,
+// namespaces) is torn down when each sub-benchmark ends. Run with
+// -benchtime=1x.
+func BenchmarkFlanneldThroughput(b *testing.B) {
+	nettest.RequirePrivileged(b)
+	if _, err := exec.LookPath("iperf3"); err != nil {
+		b.Log("BenchmarkFlanneldThroughput measures with iperf3 (Debian: apt-get install iperf3)")
+	}
+	nettest.RequireTool(b, "iperf3")
+	var limit *tputResult
+	for _, v := range []struct{ name, backend string }{
+		{"veth", ""}, {"host-gw", "host-gw"}, {"vxlan", "vxlan"},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			if v.backend != "" {
+				nettest.RequireTool(b, "iptables-save") // --ip-masq, as in TestMultiNode
+			}
+			if v.backend == "vxlan" {
+				nettest.RequireSysfs(b, "/sys/module/vxlan")
+			}
+			var res tputResult
+			for i := 0; i < b.N; i++ {
+				res = runThroughput(b, v.backend)
+			}
+			b.Logf("%s: %v", v.name, res)
+			b.ReportMetric(0, "ns/op")
+			b.ReportMetric(res.Gbps, "gbit/s")
+			b.ReportMetric(us(res.RTT.P50), "rtt-p50-µs")
+			b.ReportMetric(us(res.RTT.P99), "rtt-p99-µs")
+			b.ReportMetric(float64(res.Retrans), "retransmits")
+			if v.backend == "" {
+				limit = &res
+				return
+			}
+			if limit == nil || limit.Gbps == 0 {
+				b.Log("veth limit not measured in this run: no ratios")
+				return
+			}
+			b.ReportMetric(res.Gbps/limit.Gbps, "tput-x-veth")
+			b.ReportMetric(float64(res.RTT.P50)/float64(limit.RTT.P50), "p50-x-veth")
+			b.Logf("%s vs veth: %.0f%% of the throughput, p50 RTT ×%.2f, p99 ×%.2f", v.name,
+				100*res.Gbps/limit.Gbps, float64(res.RTT.P50)/float64(limit.RTT.P50), float64(res.RTT.P99)/float64(limit.RTT.P99))
+		})
+	}
+}
+
+// runThroughput builds the variant's topology, measures it and leaves the
+// teardown to b.Cleanup (processes and daemons before namespaces).
+func runThroughput(b *testing.B, backend string) tputResult {
+	b.StopTimer()
+	tputCheckTeardown(b)
+	var client, server *nettest.NS
+	var dst netip.Addr
+	if backend == "" {
+		client, server = tputNS(b), tputNS(b)
+		dst = netip.MustParseAddr("10.244.0.3")
+		nettest.Link(b, client, "eth0", "10.244.0.2/24", server, "eth0", dst.String()+"/24")
+	} else {
+		client, server, dst = tputCluster(b, backend)
+	}
+	rr := tputEchoServer(b, server, dst)
+	b.StartTimer()
+	rtt := tputRoundTrips(b, client, rr)
+	gbps, retrans := tputIperf3(b, client, server, dst)
+	b.StopTimer()
+	return tputResult{Gbps: gbps, Retrans: retrans, RTT: rtt}
+}
+
+// tputMade lists the namespaces the running sub-benchmark created.
+var tputMade []*nettest.NS
+
+// tputNS is nettest.New, recorded for tputCheckTeardown.
+func tputNS(b *testing.B) *nettest.NS {
+	ns := nettest.New(b)
+	tputMade = append(tputMade, ns)
+	return ns
+}
+
+// tputCheckTeardown registers, before anything else, a cleanup that runs
+// after all the others: every namespace created since must be gone.
+func tputCheckTeardown(b *testing.B) {
+	tputMade = nil
+	b.Cleanup(func() {
+		for _, ns := range tputMade {
+			if _, err := os.Lstat(ns.Path()); err == nil {
+				b.Errorf("netns %s left behind", ns.Name())
+			}
+		}
+		b.Logf("torn down %d namespaces", len(tputMade))
+		tputMade = nil
+	})
+}
+
+// tputCluster is TestMultiNode's layout with two nodes; it returns the pod
+// on node 1, the pod on node 2 and the latter's IP.
+func tputCluster(b *testing.B, backend string) (*nettest.NS, *nettest.NS, netip.Addr) {
+	api := testapi.Start(b)
+	tputStartIPAM(b, api, "10.244.0.0/16")
+	dir := b.TempDir()
+	conf := filepath.Join(dir, "net-conf.json")
+	if err := os.WriteFile(conf, fmt.Appendf(nil, `{"Network":"10.244.0.0/16","Backend":{"Type":%q}}`, backend), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	lan := tputNS(b)
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "br0"}}
+	if err := lan.Handle().LinkAdd(br); err != nil {
+		b.Fatal(err)
+	}
+	if err := lan.Handle().LinkSetUp(br); err != nil {
+		b.Fatal(err)
+	}
+	lan.MustExec(b, "ip", "addr", "add", "192.168.50.1/24", "dev", "br0")
+
+	type node struct {
+		name string
+		ns   *nettest.NS
+		dir  string
+	}
+	var nodes []node
+	for i := 1; i <= 2; i++ {
+		nd := node{name: fmt.Sprintf("tput-%s-node-%d", backend, i), ns: tputNS(b), dir: filepath.Join(dir, fmt.Sprint(i))}
+		lanIf := fmt.Sprintf("n%d", i)
+		nettest.Link(b, lan, lanIf, "", nd.ns, "eth0", fmt.Sprintf("192.168.50.%d/24", 10+i))
+		l, err := lan.Handle().LinkByName(lanIf)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := lan.Handle().LinkSetMaster(l, br); err != nil {
+			b.Fatal(err)
+		}
+		if err := nd.ns.Do(func() error {
+			return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644)
+		}); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := api.Client.CoreV1().Nodes().Create(b.Context(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nd.name}}, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		nodes = append(nodes, nd)
+	}
+
+	var pods []*nettest.NS
+	var podIPs []netip.Addr
+	for _, nd := range nodes {
+		tputStartFlanneld(b, flanneld.Options{
+			NodeName:                  nd.name,
+			Client:                    kubernetes.NewForConfigOrDie(api.Config),
+			Netns:                     flanneld.Netns(nd.ns.Name()),
+			NetConfPath:               conf,
+			Iface:                     flanneld.IfaceOptions{Ifaces: []string{"eth0"}},
+			IPMasq:                    true,
+			IPTablesResync:            time.Second,
+			SubnetFile:                filepath.Join(nd.dir, "subnet.env"),
+			InstallCNIConf:            filepath.Join(nd.dir, "net.d", "10-nodenet.conflist"),
+			SetNodeNetworkUnavailable: true,
+			ResyncPeriod:              2 * time.Second,
+			MinSyncPeriod:             10 * time.Millisecond,
+			Logger:                    testapi.Logger().With("node", nd.name),
+		})
+		// The pod, as the CNI plugin would wire it from subnet.env.
+		env, err := subnetenv.Read(filepath.Join(nd.dir, "subnet.env"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		gw, sn, ok := env.Gateway(false)
+		if !ok {
+			b.Fatalf("%s: no IPv4 subnet in subnet.env", nd.name)
+		}
+		ip := gw.Next()
+		pod := tputNS(b)
+		nettest.Link(b, nd.ns, "vpod", fmt.Sprintf("%s/%d", gw, sn.Bits()), pod, "eth0", fmt.Sprintf("%s/%d", ip, sn.Bits()))
+		if env.MTU > 0 {
+			nd.ns.MustExec(b, "ip", "link", "set", "dev", "vpod", "mtu", fmt.Sprint(env.MTU))
+			pod.MustExec(b, "ip", "link", "set", "dev", "eth0", "mtu", fmt.Sprint(env.MTU))
+		}
+		pod.MustExec(b, "ip", "route", "add", "default", "via", gw.String())
+		pods, podIPs = append(pods, pod), append(podIPs, ip)
+	}
+	return pods[0], pods[1], podIPs[1]
+}
+
+// tputStartIPAM runs the node IPAM controller until the benchmark ends.
+func tputStartIPAM(b *testing.B, api *testapi.Server, cidrs ...string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	factory := informers.NewSharedInformerFactory(api.Client, 0)
+	ctrl, err := nodeipam.New(api.Client, factory, nodeipam.Options{ClusterCIDRs: cidrs}, nil, testapi.Logger())
+	if err != nil {
+		cancel()
+		b.Fatal(err)
+	}
+	factory.Start(ctx.Done())
+	done := make(chan struct{})
+	go func() { ctrl.Run(ctx, 2); close(done) }()
+	b.Cleanup(func() { cancel(); <-done; factory.Shutdown() })
+}
+
+// tputStartFlanneld runs one daemon until the benchmark ends and waits
+// until it is ready (subnet.env written).
+func tputStartFlanneld(b *testing.B, o flanneld.Options) {
+	d, err := flanneld.New(o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	b.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				b.Errorf("%s: Run returned %v on cancel", o.NodeName, err)
+			}
+		case <-time.After(20 * time.Second):
+			b.Errorf("%s: Run did not return after cancel", o.NodeName)
+		}
+	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if ok, _ := d.Ready(); ok {
+			return
+		}
+		select {
+		case err := <-done:
+			done <- err
+			b.Fatalf("%s: daemon exited before ready: %v", o.NodeName, err)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			_, why := d.Ready()
+			b.Fatalf("%s: not ready after 30s: %s", o.NodeName, why)
+		}
+	}
+}
+
+// tputEchoServer listens on ip:0 inside ns and echoes every byte back; it
+// returns the address to dial. Listener and connections close in cleanup.
+func tputEchoServer(b *testing.B, ns *nettest.NS, ip netip.Addr) string {
+	var ln net.Listener
+	if err := ns.Do(func() (err error) {
+		ln, err = net.Listen("tcp", netip.AddrPortFrom(ip, 0).String())
+		return err
+	}); err != nil {
+		b.Fatalf("listen in %s: %v", ns.Name(), err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Add(1)
+			go func() { defer wg.Done(); io.Copy(c, c) }()
+		}
+	}()
+	b.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return ln.Addr().String()
+}
+
+// tputRoundTrips dials addr from inside ns (retrying until the data path
+// is up, 30 s at most), then times 1-byte write → 1-byte read round trips.
+func tputRoundTrips(b *testing.B, ns *nettest.NS, addr string) Latency {
+	var c net.Conn
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := ns.Do(func() (err error) {
+			c, err = net.DialTimeout("tcp", addr, time.Second)
+			return err
+		})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			b.Fatalf("no TCP path from %s to %s after 30s: %v", ns.Name(), addr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	defer c.Close()
+	if err := c.SetDeadline(time.Now().Add(time.Minute)); err != nil {
+		b.Fatal(err)
+	}
+	buf := []byte{'x'}
+	rt := make([]time.Duration, 0, tputRTs)
+	for i := range tputWarmup + tputRTs {
+		t0 := time.Now()
+		if _, err := c.Write(buf); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, buf); err != nil {
+			b.Fatal(err)
+		}
+		if i >= tputWarmup {
+			rt = append(rt, time.Since(t0))
+		}
+	}
+	return Summarize(rt)
+}
+
+// iperf3Report is the part of iperf3 -J's output we read.
+type iperf3Report struct {
+	Error string `json:"error"`
+	End   struct {
+		SumSent struct {
+			Retransmits int `json:"retransmits"`
+		} `json:"sum_sent"`
+		SumReceived struct {
+			BitsPerSecond float64 `json:"bits_per_second"`
+		} `json:"sum_received"`
+	} `json:"end"`
+}
+
+// tputIperf3 runs `iperf3 -s -1` in server's namespace (killed in cleanup
+// if it has not exited by itself) and `iperf3 -c dst -t 5 -J` in client's,
+// retrying the client while the server is not listening yet.
+func tputIperf3(b *testing.B, client, server *nettest.NS, dst netip.Addr) (gbps float64, retrans int) {
+	port := fmt.Sprint(tputPort)
+	var srvOut bytes.Buffer
+	srv := exec.Command("ip", "netns", "exec", server.Name(), "iperf3", "-s", "-1", "-B", dst.String(), "-p", port)
+	srv.Stdout, srv.Stderr = &srvOut, &srvOut
+	if err := srv.Start(); err != nil {
+		b.Fatalf("start iperf3 server: %v", err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- srv.Wait() }()
+	// `ip netns exec` execs iperf3 in place, so this is iperf3's pid.
+	b.Cleanup(func() {
+		select {
+		case <-exited:
+			return
+		case <-time.After(5 * time.Second):
+		}
+		_ = srv.Process.Kill()
+		<-exited
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(tputSeconds+60)*time.Second)
+	defer cancel()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		cmd := exec.CommandContext(ctx, "ip", "netns", "exec", client.Name(),
+			"iperf3", "-c", dst.String(), "-p", port, "-t", fmt.Sprint(tputSeconds), "-J")
+		out, err := cmd.Output()
+		var rep iperf3Report
+		jerr := json.Unmarshal(out, &rep)
+		if err == nil && jerr == nil && rep.Error == "" {
+			return rep.End.SumReceived.BitsPerSecond / 1e9, rep.End.SumSent.Retransmits
+		}
+		if strings.Contains(rep.Error, "unable to connect") && time.Now().Before(deadline) {
+			select {
+			case err := <-exited:
+				exited <- err
+				b.Fatalf("iperf3 server exited: %v\n%s", err, srvOut.String())
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			out = append(out, ee.Stderr...)
+		}
+		b.Fatalf("iperf3 client: %v (json: %v, error: %q)\n%s", err, jerr, rep.Error, out)
+	}
+}
