@@ -42,6 +42,7 @@ test-short:
 
 # Benchmarks print figures; see bench/README.md for what each measures.
 bench: build
+	@./hack/deps.sh $(APT_PKGS) iperf3
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./bench/...
 
 lint:
