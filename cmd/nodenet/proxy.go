@@ -17,6 +17,7 @@ import (
 	"github.com/nodenet/nodenet/proxy"
 	"github.com/nodenet/nodenet/proxy/app"
 	"github.com/nodenet/nodenet/proxy/iptables"
+	"github.com/nodenet/nodenet/proxy/nftables"
 )
 
 // runProxy is `nodenet proxy`: kube-proxy's flags, one data plane per
@@ -107,6 +108,14 @@ func proxyModes(log *slog.Logger) app.Modes {
 					}
 				}
 				return errors.Join(errs...)
+			},
+		},
+		"nftables": {
+			New: func(ctx context.Context, f proxy.Family) (proxy.DataPlane, error) {
+				return nftables.New(f, nftables.ExecRunner{}, log), nil
+			},
+			Cleanup: func(ctx context.Context, f proxy.Family) error {
+				return nftables.New(f, nftables.ExecRunner{}, log).Cleanup(ctx)
 			},
 		},
 	}

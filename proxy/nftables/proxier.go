@@ -1,0 +1,462 @@
+package nftables
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+
+	"github.com/nodenet/nodenet/proxy"
+)
+
+// Proxier is the nftables proxy.DataPlane for one IP family.
+type Proxier struct {
+	family proxy.Family
+	runner Runner
+	log    *slog.Logger
+	w      writer
+
+	// What the last successful sync programmed; valid while synced.
+	synced   bool
+	services map[proxy.ServicePortName]*objects
+	// owners says which service holds each map element, so two services
+	// claiming the same external IP:port do not make the transaction fail
+	// with EEXIST: the first (in name order) wins.
+	owners map[string]proxy.ServicePortName
+	fixed  int
+}
+
+// New returns a Proxier programming table TableName of family through
+// runner (ExecRunner{} on a node).
+func New(family proxy.Family, runner Runner, log *slog.Logger) *Proxier {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Proxier{family: family, runner: runner, log: log, w: writer{family: family},
+		services: map[proxy.ServicePortName]*objects{}, owners: map[string]proxy.ServicePortName{}}
+}
+
+// Name implements proxy.DataPlane.
+func (p *Proxier) Name() string { return "nftables" }
+
+// Transaction sections, in the order the kernel needs them: objects exist
+// before anything references them, references go before what they point
+// to is deleted.
+const (
+	secDecl     = iota // add table / set / map / chain
+	secFlush           // flush table / chains / maps
+	secDelElem         // delete element
+	secRules           // add rule
+	secAddElem         // add element
+	secDelChain        // delete chain
+	secDelSet          // delete set
+	numSections
+)
+
+// maxElemsPerCommand keeps command lines reasonably short.
+const maxElemsPerCommand = 1000
+
+// tx accumulates one nft transaction.
+type tx struct {
+	prefix  string // "ip nodenet-proxy"
+	sec     [numSections]bytes.Buffer
+	adds    map[string][]string // set → "key : value" to add, in order
+	dels    map[string][]string // set → keys to delete
+	written int
+}
+
+func newTx(w writer) *tx {
+	return &tx{prefix: w.nftFamily() + " " + TableName, adds: map[string][]string{}, dels: map[string][]string{}}
+}
+
+func (t *tx) line(sec int, parts ...string) {
+	b := &t.sec[sec]
+	for i, s := range parts {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(s)
+	}
+	b.WriteByte('\n')
+}
+
+func (t *tx) declSet(s setDef) {
+	kw := "set"
+	if s.isMap {
+		kw = "map"
+	}
+	t.line(secDecl, "add", kw, t.prefix, s.name, s.decl)
+}
+
+func (t *tx) declChain(c chainDef) {
+	if c.base != "" {
+		t.line(secDecl, "add chain", t.prefix, c.name, c.base)
+		return
+	}
+	t.line(secDecl, "add chain", t.prefix, c.name)
+}
+
+func (t *tx) rules(c chainDef) {
+	for _, r := range c.rules {
+		t.line(secRules, "add rule", t.prefix, c.name, r)
+	}
+	t.written += len(c.rules)
+}
+
+func (t *tx) addElem(e element) {
+	s := e.key
+	if e.value != "" {
+		s += " : " + e.value
+	}
+	t.adds[e.set] = append(t.adds[e.set], s)
+	t.written++
+}
+
+func (t *tx) delElem(e element) { t.dels[e.set] = append(t.dels[e.set], e.key) }
+
+func (t *tx) empty() bool {
+	for i := range t.sec {
+		if t.sec[i].Len() > 0 {
+			return false
+		}
+	}
+	return len(t.adds) == 0 && len(t.dels) == 0
+}
+
+func (t *tx) elemLines(sec int, verb string, m map[string][]string) {
+	sets := make([]string, 0, len(m))
+	for s := range m {
+		sets = append(sets, s)
+	}
+	slices.Sort(sets)
+	for _, s := range sets {
+		items := m[s]
+		for len(items) > 0 {
+			n := min(len(items), maxElemsPerCommand)
+			t.line(sec, verb, "element", t.prefix, s, "{", strings.Join(items[:n], ", "), "}")
+			items = items[n:]
+		}
+	}
+}
+
+func (t *tx) bytes() []byte {
+	t.elemLines(secDelElem, "delete", t.dels)
+	t.elemLines(secAddElem, "add", t.adds)
+	t.adds, t.dels = map[string][]string{}, map[string][]string{}
+	var out bytes.Buffer
+	for i := range t.sec {
+		out.Write(t.sec[i].Bytes())
+	}
+	return out.Bytes()
+}
+
+// Sync implements proxy.DataPlane.
+func (p *Proxier) Sync(ctx context.Context, snap *proxy.Snapshot, changed proxy.ChangeSet) (proxy.SyncResult, error) {
+	if snap.Family != p.family {
+		return proxy.SyncResult{}, fmt.Errorf("sync nftables %s: snapshot is %s", p.family, snap.Family)
+	}
+	if changed.Full || !p.synced {
+		return p.fullSync(ctx, snap)
+	}
+	return p.partialSync(ctx, snap, changed)
+}
+
+func (p *Proxier) total() int {
+	n := p.fixed
+	for _, o := range p.services {
+		n += o.ruleCount()
+	}
+	return n
+}
+
+// claim keeps the elements of o that no other service holds and records
+// them as owned by n.
+func claim(owners map[string]proxy.ServicePortName, n proxy.ServicePortName, o *objects, log *slog.Logger) {
+	kept := o.elements[:0]
+	for _, e := range o.elements {
+		if other, ok := owners[e.id()]; ok && other != n {
+			log.Warn("nftables: element already used by another service; skipped", "service", n.String(), "other", other.String(), "map", e.set, "key", e.key)
+			continue
+		}
+		owners[e.id()] = n
+		kept = append(kept, e)
+	}
+	o.elements = kept
+}
+
+// fullSync rewrites the whole table in one transaction: declare everything
+// (add is a no-op for what exists), flush rules and map elements, write the
+// desired rules and elements, delete what is no longer wanted. The table
+// itself stays, so established connections (conntrack) and affinity sets
+// survive a restart.
+func (p *Proxier) fullSync(ctx context.Context, snap *proxy.Snapshot) (proxy.SyncResult, error) {
+	p.synced = false
+	exChains, exSets, err := p.existing(ctx)
+	if err != nil {
+		return proxy.SyncResult{}, err
+	}
+	t := newTx(p.w)
+	t.line(secDecl, "add table", t.prefix)
+	wantChains, wantSets := map[string]bool{}, map[string]bool{}
+	fixedSets := p.w.fixedSets()
+	for _, s := range fixedSets {
+		t.declSet(s)
+		wantSets[s.name] = true
+		kw := "set"
+		if s.isMap {
+			kw = "map"
+		}
+		t.line(secFlush, "flush", kw, t.prefix, s.name)
+	}
+	fixedChains := p.w.fixedChains(snap)
+	fixedN := 0
+	for _, c := range fixedChains {
+		t.declChain(c)
+		wantChains[c.name] = true
+		t.rules(c)
+		fixedN += len(c.rules)
+	}
+	for _, e := range p.w.fixedElements(snap) {
+		t.addElem(e)
+		fixedN++
+	}
+	// flush table goes before the per-set flushes written above.
+	var flush bytes.Buffer
+	flush.WriteString("flush table " + t.prefix + "\n")
+	flush.Write(t.sec[secFlush].Bytes())
+	t.sec[secFlush] = flush
+
+	next := make(map[proxy.ServicePortName]*objects, len(snap.Services))
+	owners := map[string]proxy.ServicePortName{}
+	for _, n := range snap.SortedNames() {
+		o := p.w.service(snap, snap.Services[n])
+		claim(owners, n, o, p.log)
+		for _, s := range o.sets {
+			t.declSet(s)
+			wantSets[s.name] = true
+		}
+		for _, c := range o.chains {
+			t.declChain(c)
+			wantChains[c.name] = true
+			t.rules(c)
+		}
+		for _, e := range o.elements {
+			t.addElem(e)
+		}
+		next[n] = o
+	}
+	for _, c := range exChains {
+		if !wantChains[c] {
+			t.line(secDelChain, "delete chain", t.prefix, c)
+		}
+	}
+	for _, s := range exSets {
+		if !wantSets[s.name] {
+			kw := "set"
+			if s.isMap {
+				kw = "map"
+			}
+			t.line(secDelSet, "delete", kw, t.prefix, s.name)
+		}
+	}
+	written := t.written
+	if err := p.runner.Apply(ctx, t.bytes()); err != nil {
+		return proxy.SyncResult{}, fmt.Errorf("full sync of nftables %s: %w", p.family, err)
+	}
+	p.services, p.owners, p.fixed, p.synced = next, owners, fixedN, true
+	return proxy.SyncResult{Written: written, Total: p.total()}, nil
+}
+
+// partialSync rewrites only the changed services: new chains and sets are
+// added, chains whose rules changed are flushed and refilled, elements are
+// deleted/added by difference, and chains/sets no longer wanted are flushed
+// and deleted after everything pointing at them is gone — one transaction.
+func (p *Proxier) partialSync(ctx context.Context, snap *proxy.Snapshot, changed proxy.ChangeSet) (proxy.SyncResult, error) {
+	names := map[proxy.ServicePortName]bool{}
+	for n := range p.services {
+		if changed.Has(n.NamespacedName) {
+			names[n] = true
+		}
+	}
+	for n := range snap.Services {
+		if changed.Has(n.NamespacedName) {
+			names[n] = true
+		}
+	}
+	sorted := make([]proxy.ServicePortName, 0, len(names))
+	for n := range names {
+		sorted = append(sorted, n)
+	}
+	slices.SortFunc(sorted, proxy.ServicePortName.Compare)
+
+	owners := make(map[string]proxy.ServicePortName, len(p.owners))
+	for k, v := range p.owners {
+		if !names[v] {
+			owners[k] = v
+		}
+	}
+	t := newTx(p.w)
+	next := map[proxy.ServicePortName]*objects{}
+	keepChain, keepSet := map[string]bool{}, map[string]bool{}
+	var dropChains, dropSets []string
+	for _, n := range sorted {
+		old := p.services[n]
+		if old == nil {
+			old = &objects{}
+		}
+		var nw *objects
+		if sp := snap.Services[n]; sp != nil {
+			nw = p.w.service(snap, sp)
+			claim(owners, n, nw, p.log)
+		} else {
+			nw = &objects{}
+		}
+		next[n] = nw
+
+		oldSets := map[string]bool{}
+		for _, s := range old.sets {
+			oldSets[s.name] = true
+		}
+		for _, s := range nw.sets {
+			keepSet[s.name] = true
+			if !oldSets[s.name] {
+				t.declSet(s)
+			}
+		}
+		for _, s := range old.sets {
+			dropSets = append(dropSets, s.name)
+		}
+
+		oldChains := map[string]chainDef{}
+		for _, c := range old.chains {
+			oldChains[c.name] = c
+		}
+		for _, c := range nw.chains {
+			keepChain[c.name] = true
+			oc, ok := oldChains[c.name]
+			switch {
+			case !ok:
+				t.declChain(c)
+				t.rules(c)
+			case !slices.Equal(oc.rules, c.rules):
+				t.line(secFlush, "flush chain", t.prefix, c.name)
+				t.rules(c)
+			}
+		}
+		for _, c := range old.chains {
+			dropChains = append(dropChains, c.name)
+		}
+
+		oldElems := map[string]element{}
+		for _, e := range old.elements {
+			oldElems[e.id()] = e
+		}
+		newElems := map[string]element{}
+		for _, e := range nw.elements {
+			newElems[e.id()] = e
+		}
+		for _, e := range old.elements {
+			if ne, ok := newElems[e.id()]; !ok || ne.value != e.value {
+				t.delElem(e)
+			}
+		}
+		for _, e := range nw.elements {
+			if oe, ok := oldElems[e.id()]; !ok || oe.value != e.value {
+				t.addElem(e)
+			}
+		}
+	}
+	slices.Sort(dropChains)
+	for _, c := range slices.Compact(dropChains) {
+		if !keepChain[c] {
+			t.line(secFlush, "flush chain", t.prefix, c)
+			t.line(secDelChain, "delete chain", t.prefix, c)
+		}
+	}
+	slices.Sort(dropSets)
+	for _, s := range slices.Compact(dropSets) {
+		if !keepSet[s] {
+			t.line(secDelSet, "delete set", t.prefix, s)
+		}
+	}
+	if t.empty() {
+		return proxy.SyncResult{Total: p.total()}, nil
+	}
+	written := t.written
+	if err := p.runner.Apply(ctx, t.bytes()); err != nil {
+		p.synced = false
+		return proxy.SyncResult{}, fmt.Errorf("partial sync of nftables %s: %w", p.family, err)
+	}
+	for n, o := range next {
+		if snap.Services[n] == nil {
+			delete(p.services, n)
+		} else {
+			p.services[n] = o
+		}
+	}
+	p.owners = owners
+	return proxy.SyncResult{Written: written, Total: p.total()}, nil
+}
+
+// existing lists the chains and sets (names only) of our table, so a full
+// sync can delete what it no longer wants, whatever process created it.
+func (p *Proxier) existing(ctx context.Context) ([]string, []setDef, error) {
+	fam := p.w.nftFamily()
+	out, err := p.runner.List(ctx, "list", "chains", fam)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list nftables chains: %w", err)
+	}
+	chains := objectNames(out, fam, "chain")
+	out, err = p.runner.List(ctx, "-t", "list", "sets", fam)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list nftables sets: %w", err)
+	}
+	var sets []setDef
+	for _, s := range objectNames(out, fam, "set") {
+		sets = append(sets, setDef{name: s})
+	}
+	for _, s := range objectNames(out, fam, "map") {
+		sets = append(sets, setDef{name: s, isMap: true})
+	}
+	return chains, sets, nil
+}
+
+// objectNames picks "kind NAME {" lines inside "table FAM nodenet-proxy {"
+// of an nft listing.
+func objectNames(listing []byte, fam, kind string) []string {
+	var names []string
+	in := false
+	sc := bufio.NewScanner(bytes.NewReader(listing))
+	sc.Buffer(make([]byte, 1<<20), 1<<30)
+	for sc.Scan() {
+		l := strings.TrimSpace(sc.Text())
+		if strings.HasPrefix(l, "table ") {
+			in = l == "table "+fam+" "+TableName+" {"
+			continue
+		}
+		if !in {
+			continue
+		}
+		if rest, ok := strings.CutPrefix(l, kind+" "); ok && strings.HasSuffix(rest, " {") {
+			names = append(names, strings.TrimSuffix(rest, " {"))
+		}
+	}
+	return names
+}
+
+// Cleanup implements proxy.DataPlane: it deletes the table (everything this
+// data plane ever programmed for the family, by any process).
+func (p *Proxier) Cleanup(ctx context.Context) error {
+	p.synced = false
+	p.services = map[proxy.ServicePortName]*objects{}
+	p.owners = map[string]proxy.ServicePortName{}
+	err := p.runner.Apply(ctx, []byte("delete table "+p.w.nftFamily()+" "+TableName+"\n"))
+	if err == nil || IsNotFound(err) || errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	return fmt.Errorf("cleanup nftables %s: %w", p.family, err)
+}

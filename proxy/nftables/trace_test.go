@@ -1,0 +1,364 @@
+package nftables
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// packet is what the tracer walks through the Fake's table: the first
+// packet of a new connection.
+type packet struct {
+	src, dst netip.Addr
+	proto    string
+	dport    uint16
+	local    bool                    // originated on the node (output hook) rather than arriving (prerouting)
+	addrs    []netip.Addr            // the node's local addresses (fib type local)
+	affinity map[string][]netip.Addr // dynamic affinity set contents
+}
+
+// outcome is one possible fate of the packet (random load balancing forks).
+type outcome struct {
+	Verdict  string // ACCEPT, DROP or REJECT
+	DNAT     string // "ip:port", "" when not DNATed
+	Masq     bool   // masqueraded in postrouting
+	Affinity string // affinity set the endpoint chain updated
+}
+
+func (o outcome) String() string {
+	s := o.Verdict
+	if o.DNAT != "" {
+		s += " dnat=" + o.DNAT
+	}
+	if o.Masq {
+		s += " masq"
+	}
+	return s
+}
+
+// tstate is the tracer's state along one branch.
+type tstate struct {
+	mark     uint32
+	dnat     string
+	verdict  string // accept, drop, reject (terminal)
+	masq     bool
+	ret      bool // returning from the current chain
+	affinity string
+}
+
+type tracer struct {
+	t   *testing.T
+	tab *FakeTable
+	p   packet
+}
+
+func priority(s string) int {
+	switch s {
+	case "dstnat":
+		return -100
+	case "dstnat - 10":
+		return -110
+	case "filter":
+		return 0
+	case "srcnat":
+		return 100
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		panic("tracer: priority " + s)
+	}
+	return n
+}
+
+func (tr *tracer) baseChains(hook string) []*FakeChain {
+	var out []*FakeChain
+	for _, n := range tr.tab.Chains() {
+		if c := tr.tab.Chain(n); c.Hook == hook {
+			out = append(out, c)
+		}
+	}
+	slices.SortStableFunc(out, func(a, b *FakeChain) int { return priority(a.Priority) - priority(b.Priority) })
+	return out
+}
+
+// trace walks p through the hooks of f's table and returns every outcome.
+func trace(t *testing.T, f *Fake, fam string, p packet) []outcome {
+	t.Helper()
+	tab := f.Table(fam, TableName)
+	if tab == nil {
+		t.Fatalf("trace: no table %s %s", fam, TableName)
+	}
+	tr := &tracer{t: t, tab: tab, p: p}
+	hooks := []string{"prerouting"}
+	if p.local {
+		hooks = []string{"output"}
+	}
+	var outs []outcome
+	var run func(hooks []string, p packet, st tstate)
+	run = func(hooks []string, p packet, st tstate) {
+		if len(hooks) == 0 {
+			outs = append(outs, outcome{Verdict: "ACCEPT", DNAT: st.dnat, Masq: st.masq, Affinity: st.affinity})
+			return
+		}
+		hook := hooks[0]
+		states := []tstate{st}
+		for _, c := range tr.baseChains(hook) {
+			var next []tstate
+			for _, s := range states {
+				q := p
+				applyDNAT(&q, s.dnat)
+				if c.Type == "nat" && s.dnat != "" && hook != "postrouting" {
+					next = append(next, s) // NAT is decided once per connection
+					continue
+				}
+				for _, r := range tr.chain(c.Name, q, s, 0) {
+					r.ret = false
+					if r.verdict == "drop" || r.verdict == "reject" {
+						outs = append(outs, outcome{Verdict: strings.ToUpper(r.verdict), DNAT: r.dnat})
+						continue
+					}
+					r.verdict = ""
+					next = append(next, r)
+				}
+			}
+			states = next
+		}
+		for _, s := range states {
+			q := p
+			applyDNAT(&q, s.dnat)
+			rest := hooks[1:]
+			switch hook {
+			case "prerouting":
+				if slices.Contains(p.addrs, q.dst) {
+					rest = append([]string{"input"}, rest...)
+				} else {
+					rest = append([]string{"forward", "postrouting"}, rest...)
+				}
+			case "output":
+				rest = append([]string{"postrouting"}, rest...)
+				if slices.Contains(p.addrs, q.dst) {
+					rest = append(rest, "input")
+				}
+			}
+			run(rest, p, s)
+		}
+	}
+	run(hooks, p, tstate{})
+	return outs
+}
+
+func applyDNAT(p *packet, dnat string) {
+	if dnat == "" {
+		return
+	}
+	ap := netip.MustParseAddrPort(dnat)
+	p.dst, p.dport = ap.Addr(), ap.Port()
+}
+
+// chain runs the rules of one chain; returned states either carry a
+// terminal verdict, or ret (return to the caller), or fell off the end
+// (also a return).
+func (tr *tracer) chain(name string, p packet, st tstate, depth int) []tstate {
+	if depth > jumpStackSize {
+		tr.t.Fatalf("trace: jump stack exhausted at %s", name)
+	}
+	c := tr.tab.Chain(name)
+	if c == nil {
+		tr.t.Fatalf("trace: missing chain %s", name)
+	}
+	states := []tstate{st}
+	var finished []tstate
+	for _, r := range c.Rules {
+		var next []tstate
+		for _, s := range states {
+			for _, o := range tr.eval(strings.Fields(r), p, s, depth) {
+				if o.verdict != "" || o.ret {
+					finished = append(finished, o)
+				} else {
+					next = append(next, o)
+				}
+			}
+		}
+		states = next
+	}
+	return append(finished, states...)
+}
+
+// eval evaluates the statements of one rule from token i on. A failed match
+// returns the state unchanged (continue with the next rule).
+func (tr *tracer) eval(w []string, p packet, s tstate, depth int) []tstate {
+	t := tr.t
+	ip := tr.tab.Family
+	for i := 0; i < len(w); i++ {
+		tok := w[i]
+		switch {
+		case (tok == ip) && i+2 < len(w) && (w[i+1] == "daddr" || w[i+1] == "saddr") && w[i+2] == ".":
+			key, j := tr.concat(w, i, p)
+			if w[j] != "vmap" {
+				t.Fatalf("trace: concatenation without vmap in %v", w)
+			}
+			return tr.vmap(strings.TrimPrefix(w[j+1], "@"), key, p, s, depth)
+		case tok == "meta" && i+2 < len(w) && w[i+1] == "l4proto" && w[i+2] == ".":
+			key, j := tr.concat(w, i, p)
+			return tr.vmap(strings.TrimPrefix(w[j+1], "@"), key, p, s, depth)
+		case tok == ip && i+2 < len(w):
+			addr := p.src
+			if w[i+1] == "daddr" {
+				addr = p.dst
+			}
+			neg := w[i+2] == "!="
+			val := w[i+2]
+			i += 2
+			if neg {
+				val = w[i+1]
+				i++
+			}
+			var ok bool
+			if set, isSet := strings.CutPrefix(val, "@"); isSet {
+				if el := tr.tab.Elements(set); el != nil && len(el) > 0 {
+					_, ok = el[addr.String()]
+				}
+				ok = ok || slices.Contains(p.affinity[set], addr)
+			} else if strings.Contains(val, "/") {
+				ok = netip.MustParsePrefix(val).Contains(addr)
+			} else {
+				ok = netip.MustParseAddr(val) == addr
+			}
+			if ok == neg {
+				return []tstate{s}
+			}
+		case (tok == "tcp" || tok == "udp" || tok == "sctp") && i+2 < len(w) && w[i+1] == "dport":
+			n, _ := strconv.Atoi(w[i+2])
+			if tok != p.proto || uint16(n) != p.dport {
+				return []tstate{s}
+			}
+			i += 2
+		case tok == "meta" && w[i+1] == "l4proto":
+			if w[i+2] != p.proto {
+				return []tstate{s}
+			}
+			i += 2
+		case tok == "fib":
+			// fib daddr|saddr type local
+			local := slices.Contains(p.addrs, p.dst)
+			if w[i+1] == "saddr" {
+				local = p.local || slices.Contains(p.addrs, p.src)
+			}
+			if !local {
+				return []tstate{s}
+			}
+			i += 3
+		case tok == "ct":
+			i += 2 // ct state new: tracing first packets
+		case tok == "numgen":
+			// numgen random mod K 0 → this endpoint, or the rest
+			rest := w[i+5:]
+			return append([]tstate{s}, tr.eval(rest, p, s, depth)...)
+		case tok == "meta" && w[i+1] == "mark" && w[i+2] == "set":
+			v, _ := strconv.ParseUint(w[i+6], 0, 32)
+			if w[i+5] == "|" {
+				s.mark |= uint32(v)
+			} else {
+				s.mark ^= uint32(v)
+			}
+			i += 6
+		case tok == "meta" && w[i+1] == "mark" && w[i+2] == "&":
+			m, _ := strconv.ParseUint(w[i+3], 0, 32)
+			v, _ := strconv.ParseUint(w[i+5], 0, 32)
+			if s.mark&uint32(m) != uint32(v) {
+				return []tstate{s}
+			}
+			i += 5
+		case tok == "update":
+			s.affinity = strings.TrimPrefix(w[i+1], "@")
+			i += 4 // update @set { ip saddr }
+			if w[i] != "saddr" || w[i+1] != "}" {
+				t.Fatalf("trace: bad update in %v", w)
+			}
+			i++
+		case tok == "jump" || tok == "goto":
+			return tr.verdict(tok+" "+w[i+1], p, s, depth)
+		case tok == "return" || tok == "accept" || tok == "drop":
+			return tr.verdict(tok, p, s, depth)
+		case tok == "reject":
+			s.verdict = "reject"
+			return []tstate{s}
+		case tok == "dnat":
+			s.dnat = w[i+2]
+			s.verdict = "accept"
+			return []tstate{s}
+		case tok == "masquerade":
+			s.masq = true
+			s.verdict = "accept"
+			return []tstate{s}
+		default:
+			t.Fatalf("trace: unknown statement %q in %v", tok, w)
+		}
+	}
+	return []tstate{s}
+}
+
+// concat evaluates "a . b . c" (up to "vmap") into a map key.
+func (tr *tracer) concat(w []string, i int, p packet) (string, int) {
+	var parts []string
+	for ; i < len(w) && w[i] != "vmap"; i++ {
+		switch {
+		case w[i] == ".":
+		case w[i] == tr.tab.Family && w[i+1] == "daddr":
+			parts = append(parts, p.dst.String())
+			i++
+		case w[i] == "meta" && w[i+1] == "l4proto":
+			parts = append(parts, p.proto)
+			i++
+		case w[i] == "th" && w[i+1] == "dport":
+			parts = append(parts, strconv.Itoa(int(p.dport)))
+			i++
+		default:
+			tr.t.Fatalf("trace: unknown key part %q in %v", w[i], w)
+		}
+	}
+	return strings.Join(parts, " . "), i
+}
+
+func (tr *tracer) vmap(set, key string, p packet, s tstate, depth int) []tstate {
+	v, ok := tr.tab.Elements(set)[key]
+	if !ok {
+		return []tstate{s}
+	}
+	return tr.verdict(v, p, s, depth)
+}
+
+func (tr *tracer) verdict(v string, p packet, s tstate, depth int) []tstate {
+	w := strings.Fields(v)
+	switch w[0] {
+	case "return":
+		s.ret = true
+		return []tstate{s}
+	case "accept", "drop":
+		s.verdict = w[0]
+		return []tstate{s}
+	}
+	var out []tstate
+	for _, r := range tr.chain(w[1], p, s, depth+1) {
+		if r.verdict == "" {
+			// The callee returned: jump continues here, goto returns
+			// from this chain too.
+			r.ret = w[0] == "goto"
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// summarize renders outcomes as a sorted, de-duplicated list.
+func summarize(outs []outcome) string {
+	var s []string
+	for _, o := range outs {
+		s = append(s, o.String())
+	}
+	slices.Sort(s)
+	return fmt.Sprint(slices.Compact(s))
+}
