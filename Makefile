@@ -5,7 +5,7 @@ GO        ?= go
 BIN       := bin
 STATE     ?= /tmp/nodenet
 PKGS      := ./...
-APT_PKGS  := iptables nftables iproute2 conntrack ipset
+APT_PKGS  := iptables nftables iproute2 conntrack ipset containernetworking-plugins
 export GOTOOLCHAIN := local
 
 .PHONY: all build run test test-short bench lint clean deps check-deps
@@ -14,6 +14,8 @@ all: build
 
 build:
 	$(GO) build -o $(BIN)/nodenet ./cmd/nodenet
+	# The CNI plugin is exec'd per pod: static (no dynamic loader) starts faster.
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/nodenet-cni ./cmd/nodenet-cni
 
 # The main job. Until the local cluster lands (issue #6) this runs the API
 # server with embedded etcd in $(STATE) and prints how to use kubectl.

@@ -1,0 +1,173 @@
+package cni
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/nodenet/nodenet/ipam/hostlocal"
+)
+
+// Del implements DEL. It succeeds when the namespace, the veth or the
+// allocation is already gone, and needs no subnet.env.
+func (p *Plugin) Del(ctx context.Context, args *skel.CmdArgs) error {
+	c, err := ParseConfig(args.StdinData)
+	if err != nil {
+		return err
+	}
+	log, done := p.logger(c, args)
+	defer done()
+	if err := validateArgs(args); err != nil {
+		return err
+	}
+
+	n := teardownNetwork(c)
+	if c.Type == TypeFlannel {
+		n = flannelTeardownNetwork(c)
+		conf, err := loadDelegate(c.DataDir, args.ContainerID)
+		if err != nil {
+			return withCode(CodeIO, err)
+		}
+		if conf != nil {
+			typ, err := delegateType(conf)
+			if err == nil && typ != defaultDelegateType {
+				if _, err := execDelegate(ctx, "DEL", typ, conf, args); err != nil {
+					return err
+				}
+				return withCode(CodeIO, removeDelegate(c.DataDir, args.ContainerID))
+			}
+			if cached, err := bridgeNetwork(conf); err == nil {
+				n = cached
+			} else {
+				log.Warn("unreadable delegate cache, tearing down with defaults", "err", err)
+			}
+		}
+	}
+	if err := p.del(n, args); err != nil {
+		log.Warn("DEL failed", "err", err)
+		return err
+	}
+	if c.Type == TypeFlannel {
+		if err := removeDelegate(c.DataDir, args.ContainerID); err != nil {
+			return withCode(CodeIO, err)
+		}
+	}
+	log.Info("DEL")
+	return nil
+}
+
+func (p *Plugin) del(n *network, args *skel.CmdArgs) error {
+	hostName := HostVethName(args.ContainerID, args.IfName)
+	alias := vethAlias(n.name, args.ContainerID, args.IfName)
+	reaped := false
+	if args.Netns != "" {
+		podNS, ph, err := openPod(args.Netns)
+		var notExist ns.NSPathNotExistErr
+		var notNS ns.NSPathNotNSErr
+		switch {
+		case errors.As(err, &notExist), errors.As(err, &notNS):
+			// The pod's namespace is gone, and its end of the veth with it.
+		case err != nil:
+			return err
+		default:
+			reaped, err = p.takeDownPod(ph, args.IfName, hostName, alias)
+			ph.Close()
+			podNS.Close()
+			if err != nil {
+				return err
+			}
+		}
+	}
+	if !reaped {
+		// Our host end outlives the pod end if the namespace went away
+		// without taking the pair along, if ADD crashed, or if an earlier
+		// DEL left it to a reaper (then it stays the reaper's).
+		host, err := openHost()
+		if err != nil {
+			return err
+		}
+		defer host.Close()
+		doomed := false
+		err = deleteLink(host, hostName, func(l netlink.Link) bool {
+			doomed = l.Attrs().Group == doomedGroup
+			return l.Attrs().Alias == alias && !doomed
+		})
+		if err != nil {
+			return err
+		}
+		if doomed && (p.Reaper == nil || p.Reaper() != nil) {
+			if err := ReapDoomed(); err != nil {
+				return err
+			}
+		}
+	}
+	// Addresses go last: while the interface may still be up, its address
+	// must not be handed to another pod.
+	store, err := hostlocal.Open(n.dataDir, n.name)
+	if err != nil {
+		return withCode(CodeIO, err)
+	}
+	defer store.Close()
+	if _, err := store.Release(args.ContainerID, args.IfName); err != nil {
+		return withCode(CodeIO, err)
+	}
+	return nil
+}
+
+// takeDownPod removes the pod's interface. When it is our veth and a
+// Reaper is set, the pod end is only taken down and renamed and the pair
+// goes to the Reaper (reaped reports that); otherwise the pair is deleted
+// here. An interface that is already gone is fine.
+func (p *Plugin) takeDownPod(ph *netlink.Handle, ifName, hostName, alias string) (reaped bool, err error) {
+	l, err := ph.LinkByName(ifName)
+	if isLinkNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("look up %s: %w", ifName, err)
+	}
+	// Only our own pair goes to the reaper: its host end is the pod end's
+	// peer and carries our name and tag (a pair set up by upstream's bridge
+	// plugin before the binary was replaced does not, and is deleted
+	// here). Once the host end is down the pod is off the bridge; the
+	// rename frees the name for another attachment in the namespace.
+	if p.Reaper != nil && l.Type() == "veth" && ownPeer(l.Attrs().ParentIndex, hostName, alias) {
+		if doom(l.Attrs().ParentIndex) == nil && rename(ph, l, deadName()) == nil && p.Reaper() == nil {
+			return true, nil
+		}
+	}
+	if err := ph.LinkDel(l); err != nil && !isLinkNotFound(err) {
+		return false, fmt.Errorf("delete %s: %w", ifName, err)
+	}
+	return false, nil
+}
+
+// rename renames a link; kernels before 6.2 refuse to rename one that is
+// up, so it is taken down first there.
+func rename(h *netlink.Handle, l netlink.Link, name string) error {
+	err := h.LinkSetName(l, name)
+	if errors.Is(err, unix.EBUSY) {
+		if err := h.LinkSetDown(l); err != nil {
+			return err
+		}
+		err = h.LinkSetName(l, name)
+	}
+	return err
+}
+
+// ownPeer reports whether the host link with index is our end of the
+// attachment's pair.
+func ownPeer(index int, name, alias string) bool {
+	h, err := openHost()
+	if err != nil {
+		return false
+	}
+	defer h.Close()
+	l, err := h.LinkByIndex(index)
+	return err == nil && l.Attrs().Name == name && l.Attrs().Alias == alias
+}

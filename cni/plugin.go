@@ -1,0 +1,258 @@
+package cni
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"slices"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/nodenet/nodenet/flanneld/subnetenv"
+	"github.com/nodenet/nodenet/ipam/hostlocal"
+)
+
+// SupportedVersions are the CNI spec versions the plugin speaks; VERSION
+// reports them.
+var SupportedVersions = version.PluginSupports("0.3.1", "0.4.0", "1.0.0", "1.1.0")
+
+// Plugin implements the CNI commands. Each method takes what the runtime
+// passed (environment and stdin, as skel.CmdArgs) and acts on the network
+// namespace of the calling thread as the host side; the binary runs it in
+// the node's namespace, tests on a thread inside a throwaway one.
+type Plugin struct {
+	// Log receives diagnostics (never stdout, which carries the result).
+	// nil discards them.
+	Log *slog.Logger
+	// AfterReserve, when set, runs in ADD after the addresses are reserved
+	// and the veth pair exists, before the pod side is configured: the
+	// moment with the most to clean up. Crash tests stop the process there.
+	AfterReserve func()
+	// Reaper, when set, takes over deleting a pod's veth pair once DEL has
+	// cut it off: unregistering a network device waits for RCU grace
+	// periods, 10-20 ms that would otherwise be most of DEL. DEL takes the
+	// pod end down and renames it (the pod is off the bridge and its
+	// interface name is free at once), marks the host end doomed,
+	// releases the addresses, and calls Reaper, which must arrange for
+	// ReapDoomed to run soon in this namespace. If Reaper fails, or is
+	// nil, DEL deletes the pair itself. GC also reaps.
+	Reaper func() error
+}
+
+// logger adds the configuration's optional log file to p.Log.
+func (p *Plugin) logger(c *NetConf, args *skel.CmdArgs) (*slog.Logger, func()) {
+	base := p.Log
+	if base == nil {
+		base = slog.New(slog.DiscardHandler)
+	}
+	closeFn := func() {}
+	if c.LogFile != "" {
+		f, err := os.OpenFile(c.LogFile, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o640)
+		if err != nil {
+			base.Warn("cannot open log file", "path", c.LogFile, "err", err)
+		} else {
+			base = slog.New(slog.NewMultiHandler(base.Handler(), slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug})))
+			closeFn = func() { f.Close() }
+		}
+	}
+	return base.With("network", c.Name, "container", args.ContainerID, "ifname", args.IfName), closeFn
+}
+
+// Add implements ADD and returns the result in the configuration's version.
+func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (types.Result, error) {
+	c, err := ParseConfig(args.StdinData)
+	if err != nil {
+		return nil, err
+	}
+	log, done := p.logger(c, args)
+	defer done()
+	if err := validateArgs(args); err != nil {
+		return nil, err
+	}
+	if args.Netns == "" {
+		return nil, errorf(CodeBadEnv, "CNI_NETNS is empty")
+	}
+	requested, err := requestedIPs(c, args.Args)
+	if err != nil {
+		return nil, err
+	}
+	env, err := readSubnetEnv(c.SubnetFile)
+	if err != nil {
+		return nil, err
+	}
+
+	if c.Type == TypeFlannel {
+		return p.addFlannel(ctx, log, c, env, args, requested)
+	}
+	n, err := nodenetNetwork(c, env)
+	if err != nil {
+		return nil, err
+	}
+	return p.addNetwork(ctx, log, c, n, args, requested)
+}
+
+// addFlannel renders and caches the delegate like upstream flannel, then
+// runs a bridge delegate in-process and any other type as a binary.
+func (p *Plugin) addFlannel(ctx context.Context, log *slog.Logger, c *NetConf, env subnetenv.Env, args *skel.CmdArgs, requested []netip.Addr) (_ types.Result, err error) {
+	conf, err := renderDelegate(c, env)
+	if err != nil {
+		return nil, err
+	}
+	typ, err := delegateType(conf)
+	if err != nil {
+		return nil, err
+	}
+	if err := saveDelegate(c.DataDir, args.ContainerID, conf); err != nil {
+		return nil, withCode(CodeIO, err)
+	}
+	defer func() {
+		if err != nil {
+			removeDelegate(c.DataDir, args.ContainerID)
+		}
+	}()
+	if typ != defaultDelegateType {
+		return execDelegate(ctx, "ADD", typ, conf, args)
+	}
+	n, err := bridgeNetwork(conf)
+	if err != nil {
+		return nil, err
+	}
+	return p.addNetwork(ctx, log, c, n, args, requested)
+}
+
+func (p *Plugin) addNetwork(ctx context.Context, log *slog.Logger, c *NetConf, n *network, args *skel.CmdArgs, requested []netip.Addr) (types.Result, error) {
+	res, err := p.add(ctx, log, n, args, requested)
+	if err != nil {
+		log.Warn("ADD failed", "err", err)
+		return nil, err
+	}
+	full, err := chain(c.PrevResult, res)
+	if err != nil {
+		return nil, err
+	}
+	out, err := full.GetAsVersion(c.CNIVersion)
+	if err != nil {
+		return nil, errorf(CodeIncompatibleVersion, "convert result to %s: %w", c.CNIVersion, err)
+	}
+	log.Info("ADD", "ips", res.IPs)
+	return out, nil
+}
+
+func openHost() (*netlink.Handle, error) {
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("open netlink: %w", err)
+	}
+	return h, nil
+}
+
+func openPod(path string) (ns.NetNS, *netlink.Handle, error) {
+	podNS, err := ns.GetNS(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	h, err := netlink.NewHandleAt(netns.NsHandle(podNS.Fd()), unix.NETLINK_ROUTE)
+	if err != nil {
+		podNS.Close()
+		return nil, nil, fmt.Errorf("open netlink in %s: %w", path, err)
+	}
+	return podNS, h, nil
+}
+
+func (p *Plugin) add(ctx context.Context, log *slog.Logger, n *network, args *skel.CmdArgs, requested []netip.Addr) (_ *current.Result, err error) {
+	if len(n.rangeSets) == 0 {
+		return nil, errorf(CodeInvalidConfig, "no address ranges to allocate from")
+	}
+	podNS, err := ns.GetNS(args.Netns)
+	if err != nil {
+		return nil, errorf(CodeBadEnv, "CNI_NETNS %q: %w", args.Netns, err)
+	}
+	defer podNS.Close()
+	host, err := openHost()
+	if err != nil {
+		return nil, err
+	}
+	defer host.Close()
+	store, err := hostlocal.Open(n.dataDir, n.name)
+	if err != nil {
+		return nil, withCode(CodeIO, err)
+	}
+	defer store.Close()
+
+	allocs, err := store.Allocate(hostlocal.Request{ContainerID: args.ContainerID, IfName: args.IfName, RangeSets: n.rangeSets, IPs: requested})
+	switch {
+	case errors.Is(err, hostlocal.ErrExhausted), errors.Is(err, hostlocal.ErrInUse):
+		return nil, errorf(CodeTryAgainLater, "allocate address in %s: %w", n.name, err)
+	case errors.Is(err, hostlocal.ErrNotInRange):
+		return nil, errorf(CodeInvalidConfig, "allocate address in %s: %w", n.name, err)
+	case err != nil:
+		return nil, withCode(CodeIO, fmt.Errorf("allocate address in %s: %w", n.name, err))
+	}
+	success := false
+	defer func() {
+		if !success {
+			if _, rerr := store.Release(args.ContainerID, args.IfName); rerr != nil {
+				log.Error("roll back address reservation", "err", rerr)
+			}
+		}
+	}()
+
+	gateways := gatewayPrefixes(allocs)
+	br, err := ensureBridge(host, n, gateways)
+	if err != nil {
+		return nil, err
+	}
+	pair, err := createVeth(host, podNS, br, n, args.ContainerID, args.IfName)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if !success {
+			if derr := deleteLink(host, pair.hostName, nil); derr != nil {
+				log.Error("roll back veth", "err", derr)
+			}
+		}
+	}()
+	if p.AfterReserve != nil {
+		p.AfterReserve()
+	}
+
+	routes := podRoutes(n, allocs)
+	if err := configurePod(podNS, args.IfName, pair.podIndex, allocs, routes); err != nil {
+		return nil, err
+	}
+	if n.isGateway {
+		v4, v6 := familyGateways(allocs)
+		if err := enableForwarding(v4.IsValid(), v6.IsValid()); err != nil {
+			return nil, err
+		}
+	}
+	if n.ipMasq {
+		if err := ensureMasq(ctx, n, allocs); err != nil {
+			return nil, err
+		}
+	}
+	success = true
+	return buildResult(n, br.Attrs().HardwareAddr, pair, pair.hostName, args.IfName, args.Netns, allocs, routes), nil
+}
+
+func gatewayPrefixes(allocs []hostlocal.Allocation) []netip.Prefix {
+	var out []netip.Prefix
+	for _, a := range allocs {
+		gw := netip.PrefixFrom(a.Gateway, a.Address.Bits())
+		if !slices.Contains(out, gw) {
+			out = append(out, gw)
+		}
+	}
+	return out
+}

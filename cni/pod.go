@@ -1,0 +1,122 @@
+package cni
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"syscall"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink/nl"
+	"golang.org/x/sys/unix"
+
+	"github.com/nodenet/nodenet/ipam/hostlocal"
+)
+
+// loopbackIndex is lo's ifindex in every network namespace.
+const loopbackIndex = 1
+
+// familyGateways maps each family in use to the gateway of its first
+// allocation.
+func familyGateways(allocs []hostlocal.Allocation) (v4, v6 netip.Addr) {
+	for _, a := range allocs {
+		if a.Address.Addr().Is4() && !v4.IsValid() {
+			v4 = a.Gateway
+		}
+		if a.Address.Addr().Is6() && !v6.IsValid() {
+			v6 = a.Gateway
+		}
+	}
+	return v4, v6
+}
+
+// podRoutes are the routes ADD installs and reports: the configured ones
+// (the flannel network) for each family the pod has an address in, and
+// with defaultRoute a default route via the gateway.
+func podRoutes(n *network, allocs []hostlocal.Allocation) []*types.Route {
+	v4, v6 := familyGateways(allocs)
+	has := func(ip net.IP) bool {
+		if ip.To4() != nil {
+			return v4.IsValid()
+		}
+		return v6.IsValid()
+	}
+	var out []*types.Route
+	for _, r := range n.routes {
+		if has(r.Dst.IP) {
+			out = append(out, r)
+		}
+	}
+	if n.defaultRoute {
+		if v4.IsValid() {
+			out = append(out, &types.Route{Dst: net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}, GW: v4.AsSlice()})
+		}
+		if v6.IsValid() {
+			out = append(out, &types.Route{Dst: net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}, GW: v6.AsSlice()})
+		}
+	}
+	return out
+}
+
+// routeGateway is the next hop a route is installed with: its own, or the
+// gateway of its family.
+func routeGateway(r *types.Route, allocs []hostlocal.Allocation) net.IP {
+	if r.GW != nil {
+		return r.GW
+	}
+	v4, v6 := familyGateways(allocs)
+	if r.Dst.IP.To4() != nil {
+		return v4.AsSlice()
+	}
+	return v6.AsSlice()
+}
+
+// configurePod brings the pod end up with its addresses and routes, and
+// the pod's loopback up, in one netlink batch on a socket opened in the
+// pod's namespace (no thread stays switched into it; the DAD sysctl for
+// IPv6 is the exception, it has no netlink equivalent).
+func configurePod(podNS ns.NetNS, ifName string, index int, allocs []hostlocal.Allocation, routes []*types.Route) error {
+	if _, v6 := familyGateways(allocs); v6.IsValid() {
+		if err := disableDAD(podNS, ifName); err != nil {
+			return err
+		}
+	}
+	s, err := rtnlSocket(podNS)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if index == 0 {
+		if index, err = linkIndex(s, ifName); err != nil {
+			return fmt.Errorf("find %s in %s: %w", ifName, podNS.Path(), err)
+		}
+	}
+	var b batch
+	b.add(setUpRequest(index), "set "+ifName+" up", 0)
+	for _, a := range allocs {
+		b.add(addrRequest(index, a), fmt.Sprintf("add %s to %s", a.Address, ifName), 0)
+	}
+	for _, r := range routes {
+		gw := routeGateway(r, allocs)
+		b.add(routeRequest(index, r, gw), fmt.Sprintf("add route %s via %s on %s", r.Dst.String(), gw, ifName), unix.EEXIST)
+	}
+	b.add(setUpRequest(loopbackIndex), "set lo up", 0)
+	_, err = b.send(s, 0)
+	return err
+}
+
+// linkIndex looks a link up by name.
+func linkIndex(s *nl.NetlinkSocket, name string) (int, error) {
+	req := nl.NewNetlinkRequest(unix.RTM_GETLINK, unix.NLM_F_ACK)
+	req.AddData(nl.NewIfInfomsg(unix.AF_UNSPEC))
+	req.AddData(nl.NewRtAttr(unix.IFLA_IFNAME, nl.ZeroTerminated(name)))
+	msgs, err := sendBatch(s, []*nl.NetlinkRequest{req}, []string{"look up " + name}, []syscall.Errno{0}, unix.RTM_NEWLINK)
+	if err != nil {
+		return 0, err
+	}
+	if len(msgs) == 0 || len(msgs[0]) < unix.SizeofIfInfomsg {
+		return 0, fmt.Errorf("look up %s: no answer", name)
+	}
+	return int(nl.DeserializeIfInfomsg(msgs[0]).Index), nil
+}
