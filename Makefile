@@ -17,10 +17,15 @@ build:
 	# The CNI plugin is exec'd per pod: static (no dynamic loader) starts faster.
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/nodenet-cni ./cmd/nodenet-cni
 
-# The main job. Until the local cluster lands (issue #6) this runs the API
-# server with embedded etcd in $(STATE) and prints how to use kubectl.
+# The main job: a 3-node cluster in network namespaces (nodenet up), then
+# a demo (echo pods + a Service, pod-to-pod and Service traffic checked).
+# It keeps running until Ctrl-C; `make run DEMO_EXIT=1` exits after the
+# demo, with status 0 only if every check passed (what CI runs).
+NODES    ?= 3
+BACKEND  ?= host-gw
+DEMO_EXIT ?=
 run: build
-	./$(BIN)/nodenet apiserver --data-dir $(STATE)/apiserver --secure-port 6443
+	./$(BIN)/nodenet up --nodes $(NODES) --backend $(BACKEND) --dir $(STATE) --demo $(if $(DEMO_EXIT),--demo-exit)
 
 # deps installs the Debian packages the privileged tests need when running as
 # root with apt; otherwise it only checks and names what is missing.

@@ -1,0 +1,293 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/vishvananda/netlink"
+)
+
+// Addresses of the node network (see doc.go).
+const (
+	vpcBridge   = "vpc0"
+	vpcCIDR     = "172.30.0.0/24"
+	apiIP       = "172.30.0.1"
+	apiPort     = 6443
+	ClusterCIDR = "10.244.0.0/16"
+	ServiceCIDR = "10.96.0.0/12"
+)
+
+// Config describes a cluster. Zero fields get defaults in Up.
+type Config struct {
+	Name      string // namespaces are nn-<Name>-*
+	Dir       string // state directory
+	Nodes     int
+	Backend   string // host-gw or vxlan
+	ProxyMode string // iptables, nftables; "none" runs no proxy
+	Binary    string // the nodenet binary
+	CNIBinary string // the nodenet-cni binary
+	APIPort   int    // root-namespace port of the API forwarder (0: any)
+	Out       io.Writer
+}
+
+// State is what Up records in <dir>/cluster.json for down and status.
+type State struct {
+	Name    string   `json:"name"`
+	Nodes   []string `json:"nodes"`
+	APIPort int      `json:"apiPort"`
+	PID     int      `json:"pid"`
+}
+
+// Prefix is the namespace prefix of a cluster.
+func Prefix(name string) string { return "nn-" + name + "-" }
+
+// VPCNetns is the name of the vpc namespace.
+func VPCNetns(name string) string { return Prefix(name) + "vpc" }
+
+// NodeNetns is the name of node i's namespace (i from 1).
+func NodeNetns(name string, i int) string { return Prefix(name) + "node-" + strconv.Itoa(i) }
+
+// PodNetnsPrefix is what the agents of the cluster name pod namespaces with.
+func PodNetnsPrefix(name string) string { return Prefix(name) + "pod-" }
+
+// NodeName is the Kubernetes name of node i.
+func NodeName(i int) string { return "node-" + strconv.Itoa(i) }
+
+func nodeIP(i int) string { return "172.30.0." + strconv.Itoa(10+i) }
+
+// Cluster is a running cluster.
+type Cluster struct {
+	cfg       Config
+	comps     []*component
+	apiLn     net.Listener
+	AdminKube string // admin kubeconfig for the root namespace
+	NodeKube  string
+	stopFwd   context.CancelFunc
+	wg        sync.WaitGroup
+}
+
+func (c *Config) defaults() error {
+	if c.Name == "" {
+		c.Name = "local"
+	}
+	if c.Nodes <= 0 {
+		c.Nodes = 3
+	}
+	if c.Backend == "" {
+		c.Backend = "host-gw"
+	}
+	if c.Backend != "host-gw" && c.Backend != "vxlan" {
+		return fmt.Errorf("backend %q: want host-gw or vxlan", c.Backend)
+	}
+	if c.ProxyMode == "" {
+		c.ProxyMode = "iptables"
+	}
+	if c.Out == nil {
+		c.Out = io.Discard
+	}
+	if c.Dir == "" || c.Binary == "" || c.CNIBinary == "" {
+		return errors.New("cluster: Dir, Binary and CNIBinary are required")
+	}
+	var err error
+	if c.Dir, err = filepath.Abs(c.Dir); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (c *Cluster) nodeDir(i int) string { return filepath.Join(c.cfg.Dir, "nodes", NodeName(i)) }
+
+// Up builds the namespaces and the node network, starts every component
+// under supervision, and returns once the API server answers. Components
+// keep running until ctx ends; call Wait to tear down after that.
+func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	// A cluster left behind by a killed up is removed first.
+	if err := Down(cfg.Dir, cfg.Name, true); err != nil {
+		return nil, fmt.Errorf("clean previous cluster: %w", err)
+	}
+	c := &Cluster{cfg: cfg}
+	defer func() {
+		if err != nil {
+			_ = c.teardown()
+		}
+	}()
+	for _, d := range []string{"logs", "apiserver", "bin"} {
+		if err := os.MkdirAll(filepath.Join(cfg.Dir, d), 0o755); err != nil {
+			return nil, err
+		}
+	}
+	st := State{Name: cfg.Name, PID: os.Getpid()}
+	for i := 1; i <= cfg.Nodes; i++ {
+		st.Nodes = append(st.Nodes, NodeName(i))
+	}
+	if err := c.buildNetwork(); err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(cfg.Out, "network: vpc %s (bridge %s %s/24), %d node namespaces\n", VPCNetns(cfg.Name), vpcBridge, apiIP, cfg.Nodes)
+	if err := c.writeFiles(); err != nil {
+		return nil, err
+	}
+	if c.apiLn, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.APIPort))); err != nil {
+		return nil, fmt.Errorf("listen for the API forwarder: %w", err)
+	}
+	st.APIPort = c.apiLn.Addr().(*net.TCPAddr).Port
+	b, _ := json.MarshalIndent(st, "", "  ")
+	if err := os.WriteFile(filepath.Join(cfg.Dir, "cluster.json"), b, 0o644); err != nil {
+		return nil, err
+	}
+	fctx, cancel := context.WithCancel(context.Background())
+	c.stopFwd = cancel
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		forward(fctx, c.apiLn, filepath.Join(netnsDir, VPCNetns(cfg.Name)), net.JoinHostPort(apiIP, strconv.Itoa(apiPort)))
+	}()
+
+	c.comps = c.components()
+	for _, comp := range c.comps {
+		c.wg.Add(1)
+		go func() { defer c.wg.Done(); comp.supervise(ctx, cfg.Binary, cfg.Out, 10*time.Second) }()
+		if comp.name == "apiserver" {
+			if err := c.waitAPI(ctx, st.APIPort); err != nil {
+				return c, err
+			}
+		}
+	}
+	return c, nil
+}
+
+// Wait blocks until ctx (the one given to Up) ends and every component
+// has stopped, then removes the namespaces. Logs are kept.
+func (c *Cluster) Wait() error {
+	c.wg.Add(0)
+	// Components stop themselves on ctx end; the forwarder waits for us.
+	c.waitComponents()
+	return c.teardown()
+}
+
+func (c *Cluster) waitComponents() {
+	for {
+		busy := false
+		for _, comp := range c.comps {
+			comp.mu.Lock()
+			if comp.state == "running" {
+				busy = true
+			}
+			comp.mu.Unlock()
+		}
+		if !busy {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (c *Cluster) teardown() error {
+	if c.stopFwd != nil {
+		c.stopFwd()
+	}
+	if c.apiLn != nil {
+		_ = c.apiLn.Close()
+	}
+	return Down(c.cfg.Dir, c.cfg.Name, true)
+}
+
+// StatusLines is one line per component.
+func (c *Cluster) StatusLines() []string {
+	var out []string
+	for _, comp := range c.comps {
+		out = append(out, comp.status())
+	}
+	return out
+}
+
+func (c *Cluster) buildNetwork() error {
+	vpc := VPCNetns(c.cfg.Name)
+	if err := createNetns(vpc); err != nil {
+		return err
+	}
+	h, err := nlHandle(vpc)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: vpcBridge}}
+	if err := h.LinkAdd(br); err != nil {
+		return fmt.Errorf("create bridge %s: %w", vpcBridge, err)
+	}
+	addr, _ := netlink.ParseAddr(apiIP + "/24")
+	if err := h.AddrAdd(br, addr); err != nil {
+		return fmt.Errorf("address bridge: %w", err)
+	}
+	if err := h.LinkSetUp(br); err != nil {
+		return fmt.Errorf("bridge up: %w", err)
+	}
+	for i := 1; i <= c.cfg.Nodes; i++ {
+		if err := c.addNode(h, br, i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addNode creates the node namespace and a veth whose vpc end is enslaved
+// to the bridge; the veth is created inside the vpc namespace, so the root
+// namespace never sees it.
+func (c *Cluster) addNode(vpc *netlink.Handle, br netlink.Link, i int) error {
+	name := NodeNetns(c.cfg.Name, i)
+	if err := createNetns(name); err != nil {
+		return err
+	}
+	nf, err := os.Open(filepath.Join(netnsDir, name))
+	if err != nil {
+		return err
+	}
+	defer nf.Close()
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "n" + strconv.Itoa(i), MasterIndex: br.Attrs().Index}, PeerName: "eth0", PeerNamespace: netlink.NsFd(int(nf.Fd()))}
+	if err := vpc.LinkAdd(veth); err != nil {
+		return fmt.Errorf("create veth for %s: %w", name, err)
+	}
+	if err := vpc.LinkSetUp(veth); err != nil {
+		return fmt.Errorf("veth up: %w", err)
+	}
+	h, err := nlHandle(name)
+	if err != nil {
+		return err
+	}
+	defer h.Close()
+	eth, err := h.LinkByName("eth0")
+	if err != nil {
+		return fmt.Errorf("%s: eth0: %w", name, err)
+	}
+	addr, _ := netlink.ParseAddr(nodeIP(i) + "/24")
+	if err := h.AddrAdd(eth, addr); err != nil {
+		return fmt.Errorf("%s: address eth0: %w", name, err)
+	}
+	if err := h.LinkSetUp(eth); err != nil {
+		return fmt.Errorf("%s: eth0 up: %w", name, err)
+	}
+	gw := netip.MustParseAddr(apiIP)
+	if err := h.RouteAdd(&netlink.Route{LinkIndex: eth.Attrs().Index, Gw: gw.AsSlice()}); err != nil {
+		return fmt.Errorf("%s: default route: %w", name, err)
+	}
+	// Pods reach other nodes' pods through the node namespace.
+	for _, k := range []string{"net/ipv4/ip_forward"} {
+		if err := inNetns(filepath.Join(netnsDir, name), func() error { return os.WriteFile("/proc/sys/"+k, []byte("1"), 0o644) }); err != nil {
+			return fmt.Errorf("%s: sysctl %s: %w", name, k, err)
+		}
+	}
+	return nil
+}

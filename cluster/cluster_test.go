@@ -1,0 +1,344 @@
+package cluster_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodenet/nodenet/cluster"
+	"github.com/nodenet/nodenet/internal/nettest"
+)
+
+// buildBinaries builds nodenet and nodenet-cni into a temp dir once.
+var (
+	buildOnce sync.Once
+	binDir    string
+	buildErr  error
+)
+
+func binaries(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		binDir, buildErr = os.MkdirTemp("", "nodenet-bin-")
+		if buildErr != nil {
+			return
+		}
+		for pkg, out := range map[string]string{"../cmd/nodenet": "nodenet", "../cmd/nodenet-cni": "nodenet-cni"} {
+			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, out), pkg)
+			if out == "nodenet-cni" {
+				cmd.Env = append(os.Environ(), "CGO_ENABLED=0") // as shipped: no dynamic loader per exec
+			}
+			if b, err := cmd.CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("build %s: %v\n%s", pkg, err, b)
+				return
+			}
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binDir
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func randName() string {
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	return "t" + hex.EncodeToString(b)
+}
+
+// upCluster runs `nodenet up` as a real process and returns the admin
+// kubeconfig; cleanup stops it and checks nothing is left behind.
+func upCluster(t *testing.T, backend string) (name, dir, bin string) {
+	nettest.RequirePrivileged(t)
+	bin = filepath.Join(binaries(t), "nodenet")
+	name, dir = randName(), t.TempDir()
+	out := &syncBuf{}
+	cmd := exec.Command(bin, "up", "--nodes", "3", "--backend", backend, "--dir", dir, "--name", name, "--api-port", "0")
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("nodenet up exited with %v", err)
+			}
+		case <-time.After(60 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Errorf("nodenet up did not stop within 60s")
+		}
+		if t.Failed() {
+			t.Logf("nodenet up output:\n%s", out.String())
+			for _, f := range []string{"node-1-agent", "node-1-flanneld", "controller-manager"} {
+				b, _ := os.ReadFile(filepath.Join(dir, "logs", f+".log"))
+				t.Logf("%s.log (tail):\n%s", f, tail(string(b), 3000))
+			}
+		}
+		// down after up is a no-op and must succeed.
+		if b, err := exec.Command(bin, "down", "--dir", dir, "--name", name).CombinedOutput(); err != nil {
+			t.Errorf("nodenet down: %v: %s", err, b)
+		}
+		checkNothingLeft(t, name, bin)
+	})
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "admin.kubeconfig")); err == nil {
+			if strings.Contains(out.String(), "nodes Ready") || strings.Contains(out.String(), "not ready") {
+				break
+			}
+		}
+		select {
+		case err := <-done:
+			done <- err
+			t.Fatalf("nodenet up exited early: %v\n%s", err, out.String())
+		case <-time.After(200 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cluster did not come up:\n%s", out.String())
+		}
+	}
+	return name, dir, bin
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+func checkNothingLeft(t *testing.T, name, bin string) {
+	t.Helper()
+	ents, _ := os.ReadDir("/run/netns")
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), cluster.Prefix(name)) {
+			t.Errorf("namespace %s left behind", e.Name())
+		}
+	}
+	if b, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(b), cluster.Prefix(name)) {
+		t.Errorf("mounts left behind:\n%s", b)
+	}
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		if exe, err := os.Readlink(filepath.Join("/proc", p.Name(), "exe")); err == nil && exe == bin {
+			cmdline, _ := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+			t.Errorf("process %s left behind: %s", p.Name(), bytes.ReplaceAll(cmdline, []byte{0}, []byte{' '}))
+		}
+	}
+}
+
+func TestUpPodsConnectDown(t *testing.T) {
+	for _, backend := range []string{"host-gw", "vxlan"} {
+		t.Run(backend, func(t *testing.T) {
+			name, dir, bin := upCluster(t, backend)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cs, err := cluster.Client(filepath.Join(dir, "admin.kubeconfig"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			nodes, err := cluster.WaitNodesReady(ctx, cs, 3, 60*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			const ns = "default"
+			for i := 1; i <= 6; i++ {
+				if _, err := cs.CoreV1().Pods(ns).Create(ctx, cluster.EchoPod(ns, fmt.Sprintf("echo-%d", i), map[string]string{"app": "echo"}), metav1.CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			pods, err := cluster.WaitPodsReady(ctx, cs, ns, "app=echo", 6, 60*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			check := func(ok bool, format string, args ...any) {
+				if !ok {
+					t.Errorf(format, args...)
+				}
+			}
+			cluster.CheckPodSubnets(pods, nodes, check)
+			for _, from := range pods {
+				for _, to := range pods {
+					if from.Name == to.Name {
+						continue
+					}
+					reply, err := cluster.Probe(ctx, bin, &from, fmt.Sprintf("tcp://%s:%d", to.Status.PodIP, cluster.EchoTCPPort))
+					check(err == nil && strings.HasPrefix(reply, to.Name+":"), "%s -> %s: %q %v", from.Name, to.Name, reply, err)
+				}
+			}
+			if backend != "host-gw" {
+				return
+			}
+			t.Run("bad command fails the pod", func(t *testing.T) { badCommand(t, ctx, cs) })
+			t.Run("delete releases IP and netns", func(t *testing.T) { deletePod(t, ctx, cs, dir, pods[0]) })
+			t.Run("agent kill -9 keeps pods", func(t *testing.T) { killAgent(t, ctx, cs, dir, bin, name, pods[1:]) })
+		})
+	}
+}
+
+func badCommand(t *testing.T, ctx context.Context, cs kubernetes.Interface) {
+	p := cluster.EchoPod("default", "bad", nil)
+	p.Spec.Containers[0].Command = []string{"/no/such/binary"}
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var got *corev1.Pod
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		got, _ = cs.CoreV1().Pods("default").Get(ctx, "bad", metav1.GetOptions{})
+		if got != nil && got.Status.Phase == corev1.PodFailed {
+			break
+		}
+	}
+	if got == nil || got.Status.Phase != corev1.PodFailed || !strings.Contains(got.Status.Message, "/no/such/binary") {
+		t.Fatalf("pod with a missing command: want Failed with a message naming the command, got %+v", got.Status)
+	}
+	t.Logf("failed pod message: %s", got.Status.Message)
+	n, err := cs.CoreV1().Nodes().Get(ctx, got.Spec.NodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
+			t.Errorf("node %s not Ready after a failed pod", n.Name)
+		}
+	}
+}
+
+func ipFiles(t *testing.T, dir, node string) map[string]bool {
+	t.Helper()
+	ents, _ := os.ReadDir(filepath.Join(dir, "nodes", node, "var/lib/cni/networks/cbr0"))
+	out := map[string]bool{}
+	for _, e := range ents {
+		if strings.Count(e.Name(), ".") == 3 {
+			out[e.Name()] = true
+		}
+	}
+	return out
+}
+
+func deletePod(t *testing.T, ctx context.Context, cs kubernetes.Interface, dir string, p corev1.Pod) {
+	if !ipFiles(t, dir, p.Spec.NodeName)[p.Status.PodIP] {
+		t.Fatalf("no IPAM record for %s in %s", p.Status.PodIP, p.Spec.NodeName)
+	}
+	if err := cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		_, err := cs.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+		if err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pod %s not gone after 30s", p.Name)
+		}
+	}
+	if ipFiles(t, dir, p.Spec.NodeName)[p.Status.PodIP] {
+		t.Errorf("IP %s still allocated after delete", p.Status.PodIP)
+	}
+	if _, err := os.Stat(filepath.Join("/run/netns", p.Annotations["nodenet.io/netns"])); err == nil {
+		t.Errorf("netns %s still there after delete", p.Annotations["nodenet.io/netns"])
+	}
+}
+
+// agentPID finds the agent process of a node by its command line.
+func agentPID(bin, node string) int {
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		b, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if len(args) > 2 && args[0] == bin && args[1] == "agent" && strings.Contains(string(b), "\x00--node-name\x00"+node+"\x00") {
+			var pid int
+			fmt.Sscan(p.Name(), &pid)
+			return pid
+		}
+	}
+	return 0
+}
+
+func killAgent(t *testing.T, ctx context.Context, cs kubernetes.Interface, dir, bin, name string, pods []corev1.Pod) {
+	node := pods[0].Spec.NodeName
+	pid := agentPID(bin, node)
+	if pid == 0 {
+		t.Fatalf("agent of %s not found", node)
+	}
+	before := ipFiles(t, dir, node)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// The supervisor restarts it.
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if p := agentPID(bin, node); p != 0 && p != pid {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agent of %s not restarted", node)
+		}
+	}
+	time.Sleep(3 * time.Second) // adoption and CNI GC
+	live, err := cluster.WaitPodsReady(ctx, cs, "default", "app=echo", len(pods), 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range live {
+		for _, q := range pods {
+			if p.Name == q.Name && p.Status.PodIP != q.Status.PodIP {
+				t.Errorf("%s changed IP %s -> %s across an agent restart", p.Name, q.Status.PodIP, p.Status.PodIP)
+			}
+		}
+	}
+	reply, err := cluster.Probe(ctx, bin, &pods[0], fmt.Sprintf("tcp://%s:%d", pods[len(pods)-1].Status.PodIP, cluster.EchoTCPPort))
+	if err != nil {
+		t.Errorf("traffic after agent restart: %v", err)
+	}
+	_ = reply
+	after := ipFiles(t, dir, node)
+	if len(after) != len(before) {
+		t.Errorf("IPs on %s: %v before the agent restart, %v after", node, before, after)
+	}
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}

@@ -1,0 +1,337 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/netip"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
+)
+
+// Ports the echo pods serve.
+const (
+	EchoTCPPort  = 9000
+	EchoUDPPort  = 9001
+	EchoHTTPPort = 8080
+)
+
+// netnsAnnotation is where the agent records a pod's namespace (the same
+// key as node.NetnsAnnotation; cluster imports no daemon package).
+const netnsAnnotation = "nodenet.io/netns"
+
+// WaitNodesReady waits until n nodes are Ready with distinct podCIDRs.
+func WaitNodesReady(ctx context.Context, cs kubernetes.Interface, n int, timeout time.Duration) ([]corev1.Node, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err == nil {
+			ready, cidrs := 0, map[string]bool{}
+			for _, nd := range nodes.Items {
+				if nodeReady(&nd) && nd.Spec.PodCIDR != "" {
+					ready++
+					cidrs[nd.Spec.PodCIDR] = true
+				}
+			}
+			if ready >= n && len(cidrs) == ready {
+				return nodes.Items, nil
+			}
+		}
+		if err := sleepUntil(ctx, deadline, fmt.Sprintf("%d Ready nodes with podCIDRs", n)); err != nil {
+			return nil, err
+		}
+	}
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// EchoPod is a pod running `nodenet echo` with a TCP readiness probe.
+func EchoPod(ns, name string, labels map[string]string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: ptrTo[int64](2),
+			Containers: []corev1.Container{{
+				Name: "echo", Image: "nodenet/echo",
+				Command: []string{"nodenet", "echo"},
+				Args:    []string{"--tcp", fmt.Sprintf(":%d", EchoTCPPort), "--udp", fmt.Sprintf(":%d", EchoUDPPort), "--http", fmt.Sprintf(":%d", EchoHTTPPort)},
+				Ports: []corev1.ContainerPort{
+					{Name: "tcp", ContainerPort: EchoTCPPort}, {Name: "udp", ContainerPort: EchoUDPPort, Protocol: corev1.ProtocolUDP},
+					{Name: "http", ContainerPort: EchoHTTPPort}},
+				ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromString("tcp")}}, PeriodSeconds: 1},
+			}},
+		},
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// WaitPodsReady waits until every pod matching selector in ns is Running
+// and Ready, and returns them sorted by name.
+func WaitPodsReady(ctx context.Context, cs kubernetes.Interface, ns, selector string, n int, timeout time.Duration) ([]corev1.Pod, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if err == nil {
+			ok := 0
+			for _, p := range pods.Items {
+				if p.Status.Phase == corev1.PodRunning && podReady(&p) && p.Status.PodIP != "" && p.Annotations[netnsAnnotation] != "" {
+					ok++
+				}
+			}
+			if ok == n && len(pods.Items) == n {
+				sort.Slice(pods.Items, func(i, j int) bool { return pods.Items[i].Name < pods.Items[j].Name })
+				return pods.Items, nil
+			}
+		}
+		if err := sleepUntil(ctx, deadline, fmt.Sprintf("%d pods Running and Ready in %s", n, ns)); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// Probe runs `nodenet echo --client target` inside a pod's namespace and
+// returns the reply.
+func Probe(ctx context.Context, binary string, from *corev1.Pod, target string) (string, error) {
+	ns := from.Annotations[netnsAnnotation]
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(cctx, "ip", "netns", "exec", ns, binary, "echo", "--client", target, "--message", "hello from "+from.Name).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("%s -> %s: %w: %s", from.Name, target, err, strings.TrimSpace(string(out)))
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// DemoOptions configure RunDemo.
+type DemoOptions struct {
+	Binary     string // the nodenet binary (for the clients)
+	Kubeconfig string // admin kubeconfig (printed for the user)
+	Nodes      int
+	Pods       int
+	Out        io.Writer
+}
+
+// RunDemo deploys echo pods and a Service and checks pod-to-pod traffic
+// between every pair and Service traffic from every pod. It returns the
+// number of failed checks.
+func RunDemo(ctx context.Context, cs kubernetes.Interface, o DemoOptions) (int, error) {
+	out := o.Out
+	fails := 0
+	check := func(ok bool, format string, args ...any) {
+		mark := "ok  "
+		if !ok {
+			mark, fails = "FAIL", fails+1
+		}
+		fmt.Fprintf(out, "  [%s] %s\n", mark, fmt.Sprintf(format, args...))
+	}
+	nodes, err := WaitNodesReady(ctx, cs, o.Nodes, 120*time.Second)
+	if err != nil {
+		return 1, err
+	}
+	fmt.Fprintln(out, "\n== nodes")
+	for _, n := range nodes {
+		fmt.Fprintf(out, "  %-8s Ready  podCIDR %-14s zone %s\n", n.Name, n.Spec.PodCIDR, n.Labels["topology.kubernetes.io/zone"])
+	}
+	const ns = "demo"
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return 1, err
+	}
+	labels := map[string]string{"app": "echo"}
+	for i := 1; i <= o.Pods; i++ {
+		p := EchoPod(ns, fmt.Sprintf("echo-%d", i), labels)
+		if _, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return 1, fmt.Errorf("create pod: %w", err)
+		}
+	}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "echo"}, Spec: corev1.ServiceSpec{
+		Selector: labels,
+		Ports: []corev1.ServicePort{
+			{Name: "tcp", Port: 9000, TargetPort: intstr.FromString("tcp")},
+			{Name: "http", Port: 80, TargetPort: intstr.FromString("http")}},
+	}}
+	if _, err := cs.CoreV1().Services(ns).Create(ctx, svc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return 1, fmt.Errorf("create service: %w", err)
+	}
+	fmt.Fprintf(out, "\n== deployed %d echo pods (command: nodenet echo) and Service demo/echo; waiting for Ready\n", o.Pods)
+	pods, err := WaitPodsReady(ctx, cs, ns, "app=echo", o.Pods, 120*time.Second)
+	if err != nil {
+		return 1, err
+	}
+	byNode := map[string]int{}
+	for _, p := range pods {
+		byNode[p.Spec.NodeName]++
+		fmt.Fprintf(out, "  %-8s %-8s %-12s netns %s\n", p.Name, p.Spec.NodeName, p.Status.PodIP, p.Annotations[netnsAnnotation])
+	}
+	check(len(byNode) > 1 || o.Nodes == 1, "pods spread over %d nodes", len(byNode))
+	fails += CheckPodSubnets(pods, nodes, check)
+
+	fmt.Fprintln(out, "\n== pod-to-pod (TCP, every pair; UDP and HTTP from the first pod)")
+	for _, from := range pods {
+		for _, to := range pods {
+			if from.Name == to.Name {
+				continue
+			}
+			reply, err := Probe(ctx, o.Binary, &from, fmt.Sprintf("tcp://%s:%d", to.Status.PodIP, EchoTCPPort))
+			check(err == nil && strings.HasPrefix(reply, to.Name+":"), "%s (%s) -> %s (%s): %s", from.Name, from.Spec.NodeName, to.Name, to.Spec.NodeName, orErr(reply, err))
+		}
+	}
+	first := pods[0]
+	for _, to := range pods[1:] {
+		reply, err := Probe(ctx, o.Binary, &first, fmt.Sprintf("udp://%s:%d", to.Status.PodIP, EchoUDPPort))
+		check(err == nil && strings.HasPrefix(reply, to.Name+":"), "udp  %s -> %s: %s", first.Name, to.Name, orErr(reply, err))
+		reply, err = Probe(ctx, o.Binary, &first, fmt.Sprintf("http://%s:%d/", to.Status.PodIP, EchoHTTPPort))
+		check(err == nil && reply == to.Name, "http %s -> %s: %s", first.Name, to.Name, orErr(reply, err))
+	}
+
+	fmt.Fprintln(out, "\n== Service demo/echo (ClusterIP)")
+	s, err := WaitEndpoints(ctx, cs, ns, "echo", o.Pods, 60*time.Second)
+	check(err == nil, "EndpointSlices list %d ready endpoints", o.Pods)
+	if s != nil {
+		fmt.Fprintf(out, "  ClusterIP %s\n", s.Spec.ClusterIP)
+		for _, from := range pods {
+			var reply string
+			var err error
+			// The proxy may need a moment after the EndpointSlice lands.
+			for try := 0; try < 20; try++ {
+				if reply, err = Probe(ctx, o.Binary, &from, fmt.Sprintf("http://%s:80/", s.Spec.ClusterIP)); err == nil {
+					break
+				}
+				time.Sleep(500 * time.Millisecond)
+			}
+			check(err == nil && strings.HasPrefix(reply, "echo-"), "%s -> http://%s (service) answered by %s", from.Name, s.Spec.ClusterIP, orErr(reply, err))
+		}
+	}
+	fmt.Fprintf(out, "\n== try it yourself\n")
+	fmt.Fprintf(out, "  export KUBECONFIG=%s\n", o.Kubeconfig)
+	fmt.Fprintf(out, "  kubectl get nodes,pods,svc,endpointslices -A -o wide\n")
+	fmt.Fprintf(out, "  sudo ip netns exec %s %s echo --client http://%s:%d/\n", first.Annotations[netnsAnnotation], o.Binary, pods[len(pods)-1].Status.PodIP, EchoHTTPPort)
+	if s != nil {
+		fmt.Fprintf(out, "  sudo ip netns exec %s %s echo --client http://%s/\n", first.Annotations[netnsAnnotation], o.Binary, s.Spec.ClusterIP)
+	}
+	fmt.Fprintf(out, "  kubectl -n demo delete pod echo-1\n")
+	return fails, nil
+}
+
+func orErr(s string, err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	return s
+}
+
+// CheckPodSubnets checks every pod's IP is inside its node's podCIDR.
+func CheckPodSubnets(pods []corev1.Pod, nodes []corev1.Node, check func(bool, string, ...any)) int {
+	cidr := map[string]string{}
+	for _, n := range nodes {
+		cidr[n.Name] = n.Spec.PodCIDR
+	}
+	for _, p := range pods {
+		c := cidr[p.Spec.NodeName]
+		pfx, err1 := netip.ParsePrefix(c)
+		ip, err2 := netip.ParseAddr(p.Status.PodIP)
+		in := err1 == nil && err2 == nil && pfx.Contains(ip)
+		check(in, "%s IP %s in %s's podCIDR %s", p.Name, p.Status.PodIP, p.Spec.NodeName, c)
+	}
+	return 0
+}
+
+// WaitEndpoints waits for n ready endpoints behind a Service.
+func WaitEndpoints(ctx context.Context, cs kubernetes.Interface, ns, name string, n int, timeout time.Duration) (*corev1.Service, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		s, err := cs.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+		if err == nil {
+			slices, err := cs.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=" + name})
+			if err == nil {
+				ready := 0
+				for _, sl := range slices.Items {
+					for _, ep := range sl.Endpoints {
+						if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+							ready++
+						}
+					}
+				}
+				if ready >= n {
+					return s, nil
+				}
+			}
+		}
+		if err := sleepUntil(ctx, deadline, "endpoints of "+ns+"/"+name); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// Status prints nodes, pods and services of the cluster in dir.
+func Status(ctx context.Context, dir string, out io.Writer) error {
+	st, err := ReadState(dir)
+	if err != nil {
+		return fmt.Errorf("no cluster in %s: %w", dir, err)
+	}
+	cs, err := Client(filepath.Join(dir, "admin.kubeconfig"))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "cluster %q (namespaces %s*, up pid %d, API https://127.0.0.1:%d)\n", st.Name, Prefix(st.Name), st.PID, st.APIPort)
+	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("API server not answering: %w", err)
+	}
+	fmt.Fprintln(out, "NODE      READY  INTERNAL-IP     POD-CIDR")
+	for _, n := range nodes.Items {
+		ip := ""
+		for _, a := range n.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP {
+				ip = a.Address
+			}
+		}
+		fmt.Fprintf(out, "%-9s %-6v %-15s %s\n", n.Name, nodeReady(&n), ip, n.Spec.PodCIDR)
+	}
+	pods, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "\nPOD                            NODE      PHASE      READY  IP")
+	for _, p := range pods.Items {
+		fmt.Fprintf(out, "%-30s %-9s %-10s %-6v %s\n", p.Namespace+"/"+p.Name, p.Spec.NodeName, p.Status.Phase, podReady(&p), p.Status.PodIP)
+	}
+	svcs, err := cs.CoreV1().Services("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "\nSERVICE                        TYPE       CLUSTER-IP      PORTS")
+	for _, s := range svcs.Items {
+		var ports []string
+		for _, p := range s.Spec.Ports {
+			ports = append(ports, fmt.Sprintf("%d/%s", p.Port, p.Protocol))
+		}
+		fmt.Fprintf(out, "%-30s %-10s %-15s %s\n", s.Namespace+"/"+s.Name, s.Spec.Type, s.Spec.ClusterIP, strings.Join(ports, ","))
+	}
+	return nil
+}

@@ -1,0 +1,34 @@
+// Package cluster is the local multi-node cluster of network namespaces
+// behind `nodenet up`, `nodenet down` and `nodenet status`.
+//
+// Layout (everything lives in namespaces named nn-<cluster>-*, nothing in
+// the root namespace's addresses, routes or firewall changes):
+//
+//	nn-<c>-vpc        bridge "vpc0" 172.30.0.1/24 (the node network), the API
+//	                  server (bound to 172.30.0.1:6443) and the controller
+//	                  manager (node IPAM 10.244.0.0/16, EndpointSlices,
+//	                  scheduler, node lifecycle).
+//	nn-<c>-node-<i>   eth0 172.30.0.(10+i)/24, veth peer "n<i>" on vpc0;
+//	                  runs `nodenet agent`, `nodenet flanneld`, `nodenet proxy`.
+//	nn-<c>-pod-*      one per pod, created by the agent, wired by the CNI
+//	                  plugin (cni0 in the node namespace).
+//
+// The node network is 172.30.0.0/24 (private, RFC 1918); pods use
+// 10.244.0.0/16 (one /24 per node); Services 10.96.0.0/12.
+//
+// The root namespace reaches the API server through a TCP forwarder that
+// `nodenet up` runs: it listens on 127.0.0.1:<port> in the root namespace
+// and dials from a thread switched into the vpc namespace. The admin
+// kubeconfig (<dir>/admin.kubeconfig) points at 127.0.0.1, the nodes'
+// kubeconfig (<dir>/node.kubeconfig) at 172.30.0.1.
+//
+// Each component is its own process — the nodenet binary with a subcommand,
+// forked from a thread switched into the component's namespace — and is
+// restarted when it exits. Logs go to <dir>/logs/<component>.log. Per-node
+// state (the paths a real node has in /etc/cni/net.d, /opt/cni/bin,
+// /run/flannel, /var/lib/cni) lives under <dir>/nodes/<node>/ and is passed
+// to the daemons by flag.
+//
+// This package imports no daemon package: it only starts processes and
+// talks to the API server through client-go.
+package cluster

@@ -1,0 +1,234 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodenet/nodenet/cluster"
+	"github.com/nodenet/nodenet/node"
+)
+
+const defaultStateDir = "/tmp/nodenet"
+
+// runUp is `nodenet up`: a local cluster in network namespaces, supervised
+// in the foreground until Ctrl-C.
+func runUp(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("up", flag.ContinueOnError)
+	var cfg cluster.Config
+	var demo, demoExit bool
+	var demoPods int
+	fs.IntVar(&cfg.Nodes, "nodes", 3, "number of nodes")
+	fs.StringVar(&cfg.Backend, "backend", "host-gw", "flannel backend: host-gw or vxlan")
+	fs.StringVar(&cfg.ProxyMode, "proxy-mode", "iptables", "proxy data plane on every node: iptables, nftables, or none")
+	fs.StringVar(&cfg.Dir, "dir", defaultStateDir, "state directory (logs, kubeconfigs, per-node CNI dirs)")
+	fs.StringVar(&cfg.Name, "name", "local", "cluster name; namespaces are nn-<name>-*")
+	fs.StringVar(&cfg.CNIBinary, "cni-plugin", "", "the nodenet-cni binary (default: nodenet-cni next to this binary)")
+	fs.IntVar(&cfg.APIPort, "api-port", 6443, "port on 127.0.0.1 (root namespace) forwarded to the API server (0: any)")
+	fs.BoolVar(&demo, "demo", false, "once the cluster is up, deploy echo pods and a Service and check traffic")
+	fs.BoolVar(&demoExit, "demo-exit", false, "with --demo: tear down and exit after the demo (status 1 if a check failed)")
+	fs.IntVar(&demoPods, "demo-pods", 6, "echo pods the demo deploys")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cfg.Binary = self
+	if cfg.CNIBinary == "" {
+		cfg.CNIBinary = filepath.Join(filepath.Dir(self), "nodenet-cni")
+	}
+	if _, err := os.Stat(cfg.CNIBinary); err != nil {
+		return fmt.Errorf("CNI plugin: %w (build it with: go build -o %s ./cmd/nodenet-cni)", err, cfg.CNIBinary)
+	}
+	cfg.Out = os.Stdout
+	start := time.Now()
+	fmt.Printf("nodenet up: %d nodes, backend %s, proxy %s, state in %s\n", cfg.Nodes, cfg.Backend, cfg.ProxyMode, cfg.Dir)
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	c, err := cluster.Up(runCtx, cfg)
+	if err != nil {
+		stop()
+		if c != nil {
+			_ = c.Wait()
+		}
+		return err
+	}
+	fmt.Printf("API server up after %s; admin kubeconfig %s\n", time.Since(start).Round(100*time.Millisecond), c.AdminKube)
+	cs, err := cluster.Client(c.AdminKube)
+	if err != nil {
+		stop()
+		return errors.Join(err, c.Wait())
+	}
+	var result error
+	if _, err := cluster.WaitNodesReady(runCtx, cs, cfg.Nodes, 120*time.Second); err != nil {
+		result = err
+		fmt.Printf("nodes not ready: %v\n", err)
+	} else {
+		fmt.Printf("%d nodes Ready after %s\n", cfg.Nodes, time.Since(start).Round(100*time.Millisecond))
+	}
+	printStatus(c)
+	if demo && result == nil {
+		result = runDemoIn(runCtx, cs, c, cfg, demoPods)
+		if demoExit {
+			stop()
+			return errors.Join(result, c.Wait())
+		}
+	} else if demoExit {
+		stop()
+		return errors.Join(result, c.Wait())
+	}
+	fmt.Printf("\ncluster running; `kubectl --kubeconfig %s get nodes,pods -A -o wide`; Ctrl-C to tear down\n", c.AdminKube)
+	go func() {
+		t := time.NewTicker(30 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-runCtx.Done():
+				return
+			case <-t.C:
+				printStatus(c)
+			}
+		}
+	}()
+	<-ctx.Done()
+	fmt.Println("\ntearing down…")
+	stop()
+	if err := c.Wait(); err != nil {
+		return err
+	}
+	fmt.Println("cluster removed (logs kept in " + filepath.Join(cfg.Dir, "logs") + ")")
+	return nil
+}
+
+func runDemoIn(ctx context.Context, cs kubernetes.Interface, c *cluster.Cluster, cfg cluster.Config, pods int) error {
+	fails, err := cluster.RunDemo(ctx, cs, cluster.DemoOptions{Binary: cfg.Binary, Kubeconfig: c.AdminKube, Nodes: cfg.Nodes, Pods: pods, Out: os.Stdout})
+	if err != nil {
+		fmt.Printf("demo: %v\n", err)
+		return err
+	}
+	if fails > 0 {
+		fmt.Printf("\ndemo: %d checks FAILED\n", fails)
+		return fmt.Errorf("%d demo checks failed", fails)
+	}
+	fmt.Println("\ndemo: all checks passed")
+	return nil
+}
+
+func printStatus(c *cluster.Cluster) {
+	fmt.Println("components:")
+	for _, l := range c.StatusLines() {
+		fmt.Println("  " + l)
+	}
+}
+
+// runDown is `nodenet down`: removes a cluster left behind (idempotent).
+func runDown(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("down", flag.ContinueOnError)
+	dir := fs.String("dir", defaultStateDir, "state directory of the cluster")
+	name := fs.String("name", "", "cluster name (default: from <dir>/cluster.json)")
+	keepLogs := fs.Bool("keep-logs", false, "keep <dir>/logs")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := cluster.Down(*dir, *name, *keepLogs); err != nil {
+		return err
+	}
+	fmt.Println("cluster removed")
+	return nil
+}
+
+// runStatus is `nodenet status`.
+func runStatus(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	dir := fs.String("dir", defaultStateDir, "state directory of the cluster")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	return cluster.Status(ctx, *dir, os.Stdout)
+}
+
+// runAgent is `nodenet agent`: the node agent (kubelet-lite).
+func runAgent(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	var o node.Options
+	var kubeconfig string
+	var binDirs stringList
+	var logs logFlags
+	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config)")
+	fs.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
+	fs.StringVar(&o.NodeIP, "node-ip", "", "the node's InternalIP")
+	fs.StringVar(&o.Zone, "zone", "zone-a", "topology.kubernetes.io/zone label")
+	fs.StringVar(&o.CNIConfDir, "cni-conf-dir", "/etc/cni/net.d", "CNI configuration directory")
+	fs.Var(&binDirs, "cni-bin-dir", "CNI plugin directories (repeatable; default /opt/cni/bin)")
+	fs.StringVar(&o.CNICacheDir, "cni-cache-dir", "/var/lib/cni", "libcni cache directory")
+	fs.StringVar(&o.StateDir, "state-dir", "/var/lib/nodenet/agent", "per-pod state and container logs")
+	fs.StringVar(&o.NetnsPrefix, "netns-prefix", "nn-pod-", "prefix of pod network namespace names")
+	fs.DurationVar(&o.Heartbeat, "node-status-update-frequency", 10*time.Second, "how often the lease and node status are renewed")
+	logs.register(fs)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if o.NodeName == "" || o.NodeIP == "" {
+		return errors.New("--node-name and --node-ip are required")
+	}
+	if len(binDirs) == 0 {
+		binDirs = stringList{"/opt/cni/bin"}
+	}
+	o.CNIBinDirs = binDirs
+	var err error
+	if o.Logger, err = logs.logger("agent"); err != nil {
+		return err
+	}
+	if o.Self, err = os.Executable(); err != nil {
+		return err
+	}
+	cfg, err := restConfig(kubeconfig, 20, 40)
+	if err != nil {
+		return err
+	}
+	if o.Client, err = kubernetes.NewForConfig(cfg); err != nil {
+		return fmt.Errorf("API client: %w", err)
+	}
+	a, err := node.New(o)
+	if err != nil {
+		return err
+	}
+	return a.Run(ctx)
+}
+
+// runEcho is `nodenet echo`: the built-in TCP/UDP/HTTP echo server pods
+// run, or with --client a one-shot client.
+func runEcho(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("echo", flag.ContinueOnError)
+	var o node.EchoOptions
+	client := fs.String("client", "", "send one message to tcp://, udp:// or http:// target, print the reply and exit")
+	msg := fs.String("message", "hello", "message the client sends")
+	timeout := fs.Duration("timeout", 3*time.Second, "client timeout")
+	fs.StringVar(&o.Name, "name", os.Getenv("POD_NAME"), "name in every reply (default $POD_NAME, else the host name)")
+	fs.StringVar(&o.TCPAddr, "tcp", ":9000", "TCP line-echo address (empty: off)")
+	fs.StringVar(&o.UDPAddr, "udp", ":9001", "UDP echo address (empty: off)")
+	fs.StringVar(&o.HTTPAddr, "http", ":8080", "HTTP address (empty: off)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *client != "" {
+		reply, err := node.EchoClient(ctx, *client, *msg, *timeout)
+		if err != nil {
+			return err
+		}
+		fmt.Println(reply)
+		return nil
+	}
+	if o.Name == "" {
+		o.Name, _ = os.Hostname()
+	}
+	return node.RunEcho(ctx, o)
+}

@@ -1,0 +1,250 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	coordv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+)
+
+// Options configure an Agent.
+type Options struct {
+	Client      kubernetes.Interface
+	NodeName    string
+	NodeIP      string
+	Zone        string
+	CNIConfDir  string // the node's /etc/cni/net.d
+	CNIBinDirs  []string
+	CNICacheDir string // the node's /var/lib/cni
+	StateDir    string // per-pod state for adoption after a restart
+	NetnsPrefix string // pod namespaces are <prefix><uid[:8]>
+	Self        string // this binary, run for a container command "nodenet"
+	Heartbeat   time.Duration
+	Logger      *slog.Logger
+}
+
+// Agent runs the pods bound to one node.
+type Agent struct {
+	o   Options
+	log *slog.Logger
+	cni *cniRuntime
+
+	mu    sync.Mutex
+	pods  map[types.UID]*podWorker
+	adopt map[types.UID]*sandboxState // recorded sandboxes at start
+
+	// gcMu keeps CNI GC from running while a sandbox is being created (its
+	// attachment is not yet in the live set).
+	gcMu sync.RWMutex
+}
+
+// New checks the options.
+func New(o Options) (*Agent, error) {
+	if o.Client == nil || o.NodeName == "" || o.NodeIP == "" {
+		return nil, errors.New("agent: Client, NodeName and NodeIP are required")
+	}
+	if o.Heartbeat <= 0 {
+		o.Heartbeat = 10 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if err := os.MkdirAll(o.StateDir, 0o755); err != nil {
+		return nil, err
+	}
+	return &Agent{o: o, log: o.Logger, pods: map[types.UID]*podWorker{},
+		cni: &cniRuntime{confDir: o.CNIConfDir, binDirs: o.CNIBinDirs, cacheDir: o.CNICacheDir}}, nil
+}
+
+// Run registers the node and runs pods until ctx ends. Pods keep running
+// after it returns, as with the kubelet.
+func (a *Agent) Run(ctx context.Context) error {
+	if err := a.register(ctx); err != nil {
+		return err
+	}
+	a.log.Info("node registered", "node", a.o.NodeName, "ip", a.o.NodeIP)
+	go a.heartbeat(ctx)
+	adopted := a.loadState()
+	factory := informers.NewSharedInformerFactoryWithOptions(a.o.Client, 0, informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+		lo.FieldSelector = fields.OneTermEqualSelector("spec.nodeName", a.o.NodeName).String()
+	}))
+	inf := factory.Core().V1().Pods().Informer()
+	_, _ = inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { a.nudge(ctx, o) },
+		UpdateFunc: func(_, o any) { a.nudge(ctx, o) },
+		DeleteFunc: func(o any) {
+			if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
+				o = t.Obj
+			}
+			if p, ok := o.(*corev1.Pod); ok {
+				a.gone(p.UID)
+			}
+		},
+	})
+	factory.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		return ctx.Err()
+	}
+	go a.cleanupOrphans(ctx, inf.GetStore(), adopted)
+	<-ctx.Done()
+	factory.Shutdown()
+	return nil
+}
+
+func (a *Agent) nudge(ctx context.Context, o any) {
+	p, ok := o.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	a.mu.Lock()
+	w := a.pods[p.UID]
+	if w == nil {
+		w = newPodWorker(a, p.UID)
+		a.pods[p.UID] = w
+		go w.run(ctx)
+	}
+	a.mu.Unlock()
+	w.update(p.DeepCopy())
+}
+
+// gone handles a pod removed from the API (deleted with grace 0 by us or
+// by someone else): whatever still runs is stopped.
+func (a *Agent) gone(uid types.UID) {
+	a.mu.Lock()
+	w := a.pods[uid]
+	a.mu.Unlock()
+	if w != nil {
+		w.update(nil)
+	}
+}
+
+func (a *Agent) forget(uid types.UID) {
+	a.mu.Lock()
+	delete(a.pods, uid)
+	a.mu.Unlock()
+}
+
+func (a *Agent) register(ctx context.Context) error {
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: a.o.NodeName, Labels: map[string]string{
+		"kubernetes.io/hostname":           a.o.NodeName,
+		"kubernetes.io/os":                 "linux",
+		"topology.kubernetes.io/zone":      a.o.Zone,
+		"node.kubernetes.io/instance-type": "netns",
+	}}}
+	for {
+		_, err := a.o.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+		if err == nil || apierrors.IsAlreadyExists(err) {
+			break
+		}
+		a.log.Warn("register node", "err", err)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+	_, _ = a.o.Client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: corev1.NamespaceNodeLease}}, metav1.CreateOptions{})
+	return a.updateNodeStatus(ctx)
+}
+
+func (a *Agent) updateNodeStatus(ctx context.Context) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error { return a.tryUpdateNodeStatus(ctx) })
+}
+
+func (a *Agent) tryUpdateNodeStatus(ctx context.Context) error {
+	n, err := a.o.Client.CoreV1().Nodes().Get(ctx, a.o.NodeName, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("get node: %w", err)
+	}
+	now := metav1.Now()
+	n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: a.o.NodeIP}, {Type: corev1.NodeHostName, Address: a.o.NodeName}}
+	ready := corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "nodenet agent is posting ready status", LastHeartbeatTime: now}
+	if _, err := a.cni.confList(); err != nil {
+		ready.Status, ready.Reason, ready.Message = corev1.ConditionFalse, "NetworkPluginNotReady", err.Error()
+	}
+	found := false
+	for i, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			ready.LastTransitionTime = c.LastTransitionTime
+			if c.Status != ready.Status {
+				ready.LastTransitionTime = now
+			}
+			n.Status.Conditions[i], found = ready, true
+		}
+	}
+	if !found {
+		ready.LastTransitionTime = now
+		n.Status.Conditions = append(n.Status.Conditions, ready)
+	}
+	n.Status.NodeInfo.KubeletVersion = "v1.33.0-nodenet"
+	n.Status.NodeInfo.OperatingSystem, n.Status.NodeInfo.Architecture = "linux", "amd64"
+	n.Status.Capacity = corev1.ResourceList{corev1.ResourcePods: *resourceQty(110)}
+	n.Status.Allocatable = n.Status.Capacity
+	_, err = a.o.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+	return err
+}
+
+func (a *Agent) heartbeat(ctx context.Context) {
+	fast := time.NewTicker(time.Second)
+	defer fast.Stop()
+	last := time.Time{}
+	wasReady := false
+	for {
+		_, err := a.cni.confList()
+		netReady := err == nil
+		if time.Since(last) >= a.o.Heartbeat || netReady != wasReady {
+			if err := a.renewLease(ctx); err != nil {
+				a.log.Warn("renew lease", "err", err)
+			}
+			if err := a.updateNodeStatus(ctx); err != nil {
+				a.log.Warn("update node status", "err", err)
+			} else {
+				last, wasReady = time.Now(), netReady
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-fast.C:
+		}
+	}
+}
+
+func (a *Agent) renewLease(ctx context.Context) error {
+	leases := a.o.Client.CoordinationV1().Leases(corev1.NamespaceNodeLease)
+	now := metav1.NewMicroTime(time.Now())
+	l, err := leases.Get(ctx, a.o.NodeName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		l = &coordv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: a.o.NodeName}, Spec: coordv1.LeaseSpec{
+			HolderIdentity: ptr.To(a.o.NodeName), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now}}
+		_, err = leases.Create(ctx, l, metav1.CreateOptions{})
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	l.Spec.RenewTime = &now
+	_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+	return err
+}
+
+// statePath is where a pod's sandbox is recorded.
+func (a *Agent) statePath(uid types.UID) string {
+	return filepath.Join(a.o.StateDir, string(uid)+".json")
+}

@@ -1,0 +1,441 @@
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+)
+
+// NetnsAnnotation names a pod's network namespace (under /run/netns), so
+// users and tests can `ip netns exec` into it.
+const NetnsAnnotation = "nodenet.io/netns"
+
+type container struct {
+	name      string
+	pid       int
+	cmd       *exec.Cmd // nil when adopted from a previous agent
+	startedAt time.Time
+	restarts  int32
+	exited    bool
+	exitCode  int
+	ready     bool
+	fails     int
+	nextProbe time.Time
+	done      chan struct{}
+}
+
+// podWorker owns one pod: all kernel work for it happens on its goroutine.
+type podWorker struct {
+	a   *Agent
+	uid types.UID
+
+	mu      sync.Mutex
+	latest  *corev1.Pod
+	gone    bool
+	kick    chan struct{}
+	sb      *sandboxState
+	ctrs    map[string]*container
+	posted  corev1.PodStatus
+	failMsg string
+}
+
+func newPodWorker(a *Agent, uid types.UID) *podWorker {
+	return &podWorker{a: a, uid: uid, kick: make(chan struct{}, 1), ctrs: map[string]*container{}}
+}
+
+func (w *podWorker) update(p *corev1.Pod) {
+	w.mu.Lock()
+	if p == nil {
+		w.gone = true
+	} else {
+		w.latest = p
+	}
+	w.mu.Unlock()
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (w *podWorker) containerID() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.sb == nil {
+		return ""
+	}
+	return w.sb.ContainerID
+}
+
+func (w *podWorker) netnsName() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.sb == nil {
+		return ""
+	}
+	return w.sb.Netns
+}
+
+func (w *podWorker) run(ctx context.Context) {
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for {
+		w.mu.Lock()
+		pod, gone := w.latest, w.gone
+		w.mu.Unlock()
+		if gone {
+			w.teardown(context.Background(), pod, 0)
+			w.a.forget(w.uid)
+			return
+		}
+		if pod != nil && w.sync(ctx, pod) {
+			w.a.forget(w.uid)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.kick:
+		case <-t.C:
+		}
+	}
+}
+
+// sync moves the pod one step toward its spec; true means the worker is
+// done (the pod was deleted).
+func (w *podWorker) sync(ctx context.Context, pod *corev1.Pod) bool {
+	log := w.a.log.With("pod", pod.Namespace+"/"+pod.Name)
+	if pod.DeletionTimestamp != nil {
+		grace := 30 * time.Second
+		if pod.DeletionGracePeriodSeconds != nil {
+			grace = time.Duration(*pod.DeletionGracePeriodSeconds) * time.Second
+		}
+		w.teardown(ctx, pod, grace)
+		err := w.a.o.Client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{
+			GracePeriodSeconds: ptr.To[int64](0), Preconditions: &metav1.Preconditions{UID: &pod.UID}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			log.Warn("delete pod", "err", err)
+			return false
+		}
+		log.Info("pod deleted")
+		return true
+	}
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		if w.sb != nil {
+			w.teardown(ctx, pod, 0)
+		}
+		return false
+	}
+	if w.sb == nil && w.failMsg == "" {
+		if err := w.start(ctx, pod); err != nil {
+			log.Warn("start pod", "err", err)
+			var fatal *podError
+			if errors.As(err, &fatal) {
+				w.failMsg = err.Error()
+				w.post(ctx, pod, w.failedStatus(pod, fatal.reason, w.failMsg))
+			} else {
+				w.post(ctx, pod, w.pendingStatus(pod, err.Error()))
+			}
+			return false
+		}
+		log.Info("pod running", "ips", w.sb.IPs, "netns", w.sb.Netns)
+	}
+	if w.sb == nil {
+		return false
+	}
+	w.checkContainers(ctx, pod)
+	w.probe(ctx, pod)
+	w.post(ctx, pod, w.runningStatus(pod))
+	return false
+}
+
+// podError fails the pod (as opposed to a retryable error).
+type podError struct {
+	reason string
+	err    error
+}
+
+func (e *podError) Error() string { return e.err.Error() }
+func (e *podError) Unwrap() error { return e.err }
+
+func (w *podWorker) resolve(ctr corev1.Container) ([]string, error) {
+	argv := append(append([]string{}, ctr.Command...), ctr.Args...)
+	if len(argv) == 0 {
+		return nil, &podError{"InvalidCommand", fmt.Errorf("container %q: no command: images are not run, command+args name a host binary", ctr.Name)}
+	}
+	if argv[0] == "nodenet" && w.a.o.Self != "" {
+		argv[0] = w.a.o.Self
+		return argv, nil
+	}
+	p, err := exec.LookPath(argv[0])
+	if err != nil {
+		return nil, &podError{"StartError", fmt.Errorf("container %q: command %q not found: %w", ctr.Name, argv[0], err)}
+	}
+	argv[0] = p
+	return argv, nil
+}
+
+// start creates the sandbox (or adopts one a previous agent left running).
+func (w *podWorker) start(ctx context.Context, pod *corev1.Pod) error {
+	for _, c := range pod.Spec.Containers {
+		if _, err := w.resolve(c); err != nil {
+			return err
+		}
+	}
+	w.a.mu.Lock()
+	old := w.a.adopt[pod.UID]
+	delete(w.a.adopt, pod.UID)
+	w.a.mu.Unlock()
+	if old != nil && w.adopt(pod, old) {
+		return nil
+	}
+	if _, err := w.a.cni.confList(); err != nil {
+		return err
+	}
+	w.a.gcMu.RLock()
+	defer w.a.gcMu.RUnlock()
+	id := randomID()
+	name := w.a.o.NetnsPrefix + strings.ReplaceAll(string(pod.UID), "-", "")[:12]
+	nsPath, err := createNetns(name)
+	if err != nil {
+		return err
+	}
+	sb := &sandboxState{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, Netns: name, ContainerID: id, PIDs: map[string]int{}}
+	success := false
+	defer func() {
+		if !success {
+			_ = w.a.cni.del(context.Background(), pod, id, nsPath)
+			_ = deleteNetns(name)
+		}
+	}()
+	if sb.IPs, err = w.a.cni.add(ctx, pod, id, nsPath); err != nil {
+		return err
+	}
+	w.mu.Lock()
+	w.sb = sb
+	w.mu.Unlock()
+	for _, c := range pod.Spec.Containers {
+		if err := w.startContainer(pod, c); err != nil {
+			w.killAll(0)
+			w.mu.Lock()
+			w.sb = nil
+			w.mu.Unlock()
+			return err
+		}
+	}
+	if err := w.a.saveState(sb); err != nil {
+		return err
+	}
+	success = true
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, NetnsAnnotation, name)
+	_, _ = w.a.o.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+	return nil
+}
+
+func (w *podWorker) adopt(pod *corev1.Pod, s *sandboxState) bool {
+	if _, err := os.Stat(filepath.Join(netnsDir, s.Netns)); err != nil {
+		return false
+	}
+	w.mu.Lock()
+	w.sb = s
+	w.mu.Unlock()
+	for _, c := range pod.Spec.Containers {
+		pid := s.PIDs[c.Name]
+		ctr := &container{name: c.Name, pid: pid, startedAt: time.Now(), done: make(chan struct{})}
+		if pid == 0 || syscall.Kill(pid, 0) != nil {
+			ctr.exited, ctr.exitCode = true, 137
+		}
+		w.ctrs[c.Name] = ctr
+	}
+	w.a.log.Info("adopted running pod", "pod", pod.Namespace+"/"+pod.Name, "netns", s.Netns)
+	return true
+}
+
+func (w *podWorker) startContainer(pod *corev1.Pod, c corev1.Container) error {
+	argv, err := w.resolve(c)
+	if err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(filepath.Join(w.a.o.StateDir, fmt.Sprintf("%s_%s_%s.log", pod.Namespace, pod.Name, c.Name)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Dir = "/"
+	if c.WorkingDir != "" {
+		cmd.Dir = c.WorkingDir
+	}
+	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+		"POD_NAME=" + pod.Name, "POD_NAMESPACE=" + pod.Namespace, "POD_IP=" + w.sb.IPs[0], "NODE_NAME=" + w.a.o.NodeName, "HOSTNAME=" + pod.Name}
+	for _, e := range c.Env {
+		if e.ValueFrom == nil {
+			cmd.Env = append(cmd.Env, e.Name+"="+e.Value)
+		}
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := inNetns(filepath.Join(netnsDir, w.sb.Netns), cmd.Start); err != nil {
+		logf.Close()
+		return &podError{"StartError", fmt.Errorf("container %q: start %s: %w", c.Name, argv[0], err)}
+	}
+	logf.Close()
+	prev := w.ctrs[c.Name]
+	ctr := &container{name: c.Name, pid: cmd.Process.Pid, cmd: cmd, startedAt: time.Now(), done: make(chan struct{})}
+	if prev != nil {
+		ctr.restarts = prev.restarts + 1
+	}
+	w.mu.Lock()
+	w.ctrs[c.Name] = ctr
+	w.sb.PIDs[c.Name] = ctr.pid
+	w.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+			if code < 0 {
+				code = 137
+			}
+		}
+		w.mu.Lock()
+		ctr.exited, ctr.exitCode = true, code
+		w.mu.Unlock()
+		close(ctr.done)
+		select {
+		case w.kick <- struct{}{}:
+		default:
+		}
+	}()
+	return nil
+}
+
+// checkContainers restarts exited containers per the restart policy.
+func (w *podWorker) checkContainers(ctx context.Context, pod *corev1.Pod) {
+	for _, c := range pod.Spec.Containers {
+		w.mu.Lock()
+		ctr := w.ctrs[c.Name]
+		if ctr != nil && ctr.cmd == nil && !ctr.exited && syscall.Kill(ctr.pid, 0) != nil {
+			ctr.exited, ctr.exitCode = true, 137
+		}
+		exited := ctr != nil && ctr.exited
+		w.mu.Unlock()
+		if !exited {
+			continue
+		}
+		restart := pod.Spec.RestartPolicy == corev1.RestartPolicyAlways || pod.Spec.RestartPolicy == "" ||
+			(pod.Spec.RestartPolicy == corev1.RestartPolicyOnFailure && ctr.exitCode != 0)
+		if !restart || time.Since(ctr.startedAt) < time.Second {
+			continue
+		}
+		if err := w.startContainer(pod, c); err != nil {
+			w.a.log.Warn("restart container", "pod", pod.Name, "container", c.Name, "err", err)
+		} else {
+			_ = w.a.saveState(w.sb)
+		}
+	}
+}
+
+// killAll stops every container: SIGTERM, then SIGKILL after grace.
+func (w *podWorker) killAll(grace time.Duration) {
+	w.mu.Lock()
+	ctrs := make([]*container, 0, len(w.ctrs))
+	for _, c := range w.ctrs {
+		ctrs = append(ctrs, c)
+	}
+	w.mu.Unlock()
+	alive := func(c *container) bool {
+		if c.cmd != nil {
+			select {
+			case <-c.done:
+				return false
+			default:
+				return true
+			}
+		}
+		return c.pid > 0 && syscall.Kill(c.pid, 0) == nil
+	}
+	for _, c := range ctrs {
+		if alive(c) && grace > 0 {
+			_ = syscall.Kill(-c.pid, syscall.SIGTERM)
+			_ = syscall.Kill(c.pid, syscall.SIGTERM)
+		}
+	}
+	deadline := time.Now().Add(grace)
+	for _, c := range ctrs {
+		for alive(c) && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if alive(c) {
+			_ = syscall.Kill(-c.pid, syscall.SIGKILL)
+			_ = syscall.Kill(c.pid, syscall.SIGKILL)
+			if c.cmd != nil {
+				<-c.done
+			}
+		}
+	}
+}
+
+// teardown stops the containers, detaches the network and removes the
+// namespace and the recorded state.
+func (w *podWorker) teardown(ctx context.Context, pod *corev1.Pod, grace time.Duration) {
+	w.mu.Lock()
+	sb := w.sb
+	w.mu.Unlock()
+	if sb == nil {
+		return
+	}
+	w.killAll(grace)
+	if pod == nil {
+		pod = &corev1.Pod{}
+		pod.Namespace, pod.Name, pod.UID = sb.Namespace, sb.Name, sb.UID
+	}
+	if err := w.a.cni.del(ctx, pod, sb.ContainerID, filepath.Join(netnsDir, sb.Netns)); err != nil {
+		w.a.log.Warn("CNI DEL", "pod", pod.Name, "err", err)
+	}
+	if err := deleteNetns(sb.Netns); err != nil {
+		w.a.log.Warn("remove netns", "pod", pod.Name, "err", err)
+	}
+	_ = os.Remove(w.a.statePath(sb.UID))
+	w.mu.Lock()
+	w.sb = nil
+	w.mu.Unlock()
+}
+
+func randomID() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// post writes the status when it changed.
+func (w *podWorker) post(ctx context.Context, pod *corev1.Pod, st corev1.PodStatus) {
+	if reflect.DeepEqual(st, w.posted) {
+		return
+	}
+	fresh, err := w.a.o.Client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil || fresh.UID != pod.UID {
+		return
+	}
+	fresh.Status = st
+	if _, err := w.a.o.Client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, fresh, metav1.UpdateOptions{}); err != nil {
+		w.a.log.Warn("update pod status", "pod", pod.Name, "err", err)
+		return
+	}
+	w.posted = st
+}
