@@ -170,6 +170,7 @@ func RunDemo(ctx context.Context, cs kubernetes.Interface, o DemoOptions) (int, 
 		}
 	}
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "echo"}, Spec: corev1.ServiceSpec{
+		Type:     corev1.ServiceTypeNodePort,
 		Selector: labels,
 		Ports: []corev1.ServicePort{
 			{Name: "tcp", Port: 9000, TargetPort: intstr.FromString("tcp")},
@@ -209,7 +210,7 @@ func RunDemo(ctx context.Context, cs kubernetes.Interface, o DemoOptions) (int, 
 		check(err == nil && reply == to.Name, "http %s -> %s: %s", first.Name, to.Name, orErr(reply, err))
 	}
 
-	fmt.Fprintln(out, "\n== Service demo/echo (ClusterIP)")
+	fmt.Fprintln(out, "\n== Service demo/echo (NodePort: ClusterIP from every pod, then the NodePort on every node)")
 	s, err := WaitEndpoints(ctx, cs, ns, "echo", o.Pods, 60*time.Second)
 	check(err == nil, "EndpointSlices list %d ready endpoints", o.Pods)
 	if s != nil {
@@ -227,6 +228,9 @@ func RunDemo(ctx context.Context, cs kubernetes.Interface, o DemoOptions) (int, 
 			check(err == nil && strings.HasPrefix(reply, "echo-"), "%s -> http://%s (service) answered by %s", from.Name, s.Spec.ClusterIP, orErr(reply, err))
 		}
 	}
+	if s != nil {
+		checkNodePorts(ctx, o.Binary, &first, s, nodes, check)
+	}
 	fmt.Fprintf(out, "\n== try it yourself\n")
 	fmt.Fprintf(out, "  export KUBECONFIG=%s\n", o.Kubeconfig)
 	fmt.Fprintf(out, "  kubectl get nodes,pods,svc,endpointslices -A -o wide\n")
@@ -236,6 +240,40 @@ func RunDemo(ctx context.Context, cs kubernetes.Interface, o DemoOptions) (int, 
 	}
 	fmt.Fprintf(out, "  kubectl -n demo delete pod echo-1\n")
 	return fails, nil
+}
+
+// checkNodePorts reaches the Service's HTTP NodePort on every node's
+// InternalIP from a pod: traffic that enters each node from its network,
+// is DNATed by that node's proxy and may leave again for another node.
+func checkNodePorts(ctx context.Context, binary string, from *corev1.Pod, s *corev1.Service, nodes []corev1.Node, check func(bool, string, ...any)) {
+	var port int32
+	for _, p := range s.Spec.Ports {
+		if p.Name == "http" {
+			port = p.NodePort
+		}
+	}
+	if port == 0 {
+		check(false, "service %s has an http NodePort", s.Name)
+		return
+	}
+	for _, n := range nodes {
+		ip := ""
+		for _, a := range n.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP {
+				ip = a.Address
+			}
+		}
+		target := fmt.Sprintf("http://%s:%d/", ip, port)
+		var reply string
+		var err error
+		for try := 0; try < 20; try++ {
+			if reply, err = Probe(ctx, binary, from, target); err == nil {
+				break
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		check(err == nil && strings.HasPrefix(reply, "echo-"), "%s -> %s (NodePort on %s) answered by %s", from.Name, target, n.Name, orErr(reply, err))
+	}
 }
 
 func orErr(s string, err error) string {
