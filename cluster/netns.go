@@ -3,10 +3,10 @@ package cluster
 import (
 	"errors"
 	"fmt"
+	"github.com/nodenet/nodenet/internal/netnsutil"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,35 +18,8 @@ import (
 
 const netnsDir = "/run/netns"
 
-// inNetns runs fn on a thread switched into the namespace at path. Sockets
-// and child processes fn creates stay in that namespace.
-func inNetns(path string, fn func() error) error {
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("get current netns: %w", err)
-	}
-	defer orig.Close()
-	target, err := netns.GetFromPath(path)
-	if err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("open netns %s: %w", path, err)
-	}
-	defer target.Close()
-	if err := netns.Set(target); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("enter netns %s: %w", path, err)
-	}
-	ferr := fn()
-	if err := netns.Set(orig); err != nil {
-		// Leave the thread locked: Go ends it with the goroutine instead
-		// of reusing a thread in the wrong namespace.
-		return errors.Join(ferr, fmt.Errorf("restore netns: %w", err))
-	}
-	runtime.UnlockOSThread()
-	return ferr
-}
+// inNetns runs fn on a thread inside the namespace at path.
+func inNetns(path string, fn func() error) error { return netnsutil.Do(path, fn) }
 
 // createNetns creates a named namespace (bind-mounted under /run/netns) with
 // loopback up. An existing one is reused.

@@ -3,6 +3,7 @@ package node
 import (
 	"errors"
 	"fmt"
+	"github.com/nodenet/nodenet/internal/netnsutil"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -13,33 +14,8 @@ import (
 
 const netnsDir = "/run/netns"
 
-// inNetns runs fn on a thread switched into the namespace at path; child
-// processes fn starts are born in it.
-func inNetns(path string, fn func() error) error {
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("get current netns: %w", err)
-	}
-	defer orig.Close()
-	target, err := netns.GetFromPath(path)
-	if err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("open netns %s: %w", path, err)
-	}
-	defer target.Close()
-	if err := netns.Set(target); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("enter netns %s: %w", path, err)
-	}
-	ferr := fn()
-	if err := netns.Set(orig); err != nil {
-		return errors.Join(ferr, fmt.Errorf("restore netns: %w", err))
-	}
-	runtime.UnlockOSThread()
-	return ferr
-}
+// inNetns runs fn on a thread inside the namespace at path.
+func inNetns(path string, fn func() error) error { return netnsutil.Do(path, fn) }
 
 // createNetns creates a named namespace with loopback up; it returns the
 // path. The caller's namespace is unchanged.
