@@ -10,13 +10,24 @@ import (
 	"github.com/containernetworking/plugins/pkg/utils/sysctl"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodenet/nodenet/ipam/hostlocal"
 )
 
 // ensureBridge makes sure the bridge exists, is up, and carries the
 // gateway addresses. Concurrent ADDs race to create it; EEXIST means
 // another one won, which is fine.
-func ensureBridge(h *netlink.Handle, n *network, gateways []netip.Prefix) (netlink.Link, error) {
-	br, err := h.LinkByName(n.bridge)
+func ensureBridge(h *netlink.Handle, hc *rtnlConn, n *network, gateways []netip.Prefix) (netlink.Link, error) {
+	lookup := func() (netlink.Link, error) {
+		l, err := hc.getLink(n.bridge, 0)
+		if errors.Is(err, unix.EINVAL) {
+			// Kernels that cannot look links up by name: the library
+			// knows how to cope.
+			return h.LinkByName(n.bridge)
+		}
+		return l, err
+	}
+	br, err := lookup()
 	if isLinkNotFound(err) {
 		la := netlink.NewLinkAttrs()
 		la.Name, la.MTU, la.Flags = n.bridge, n.mtu, net.FlagUp
@@ -30,7 +41,7 @@ func ensureBridge(h *netlink.Handle, n *network, gateways []netip.Prefix) (netli
 		if err := h.LinkAdd(&netlink.Bridge{LinkAttrs: la}); err != nil && !errors.Is(err, unix.EEXIST) {
 			return nil, fmt.Errorf("create bridge %s: %w", n.bridge, err)
 		}
-		br, err = h.LinkByName(n.bridge)
+		br, err = lookup()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("look up bridge %s: %w", n.bridge, err)
@@ -49,7 +60,7 @@ func ensureBridge(h *netlink.Handle, n *network, gateways []netip.Prefix) (netli
 		}
 	}
 	if n.isGateway {
-		if err := ensureGatewayAddrs(h, br, gateways, n.forceAddress); err != nil {
+		if err := ensureGatewayAddrs(h, hc, br, gateways, n.forceAddress); err != nil {
 			return nil, err
 		}
 	}
@@ -105,15 +116,12 @@ func conflictingAddrs(addrs []netlink.Addr, gateways []netip.Prefix) (conflicts 
 // that is all. Only when one was missing — a new bridge, or a node whose
 // pod subnet changed — does it look for addresses in the way, and removes
 // them with force or else takes its own addition back and fails.
-func ensureGatewayAddrs(h *netlink.Handle, br netlink.Link, gateways []netip.Prefix, force bool) error {
+func ensureGatewayAddrs(h *netlink.Handle, hc *rtnlConn, br netlink.Link, gateways []netip.Prefix, force bool) error {
 	var added []netip.Prefix
 	for _, gw := range gateways {
-		ipn := prefixToIPNet(gw)
-		a := &netlink.Addr{IPNet: &ipn}
-		if gw.Addr().Is6() {
-			a.Flags = unix.IFA_F_NODAD
-		}
-		switch err := h.AddrAdd(br, a); {
+		// The request netlink.Handle.AddrAdd would send.
+		_, err := hc.exec(addrRequest(br.Attrs().Index, hostlocal.Allocation{Address: gw}), 0)
+		switch {
 		case err == nil:
 			added = append(added, gw)
 		case !errors.Is(err, unix.EEXIST):

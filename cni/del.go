@@ -66,7 +66,7 @@ func (p *Plugin) del(n *network, args *skel.CmdArgs) error {
 	alias := vethAlias(n.name, args.ContainerID, args.IfName)
 	reaped := false
 	if args.Netns != "" {
-		podNS, ph, err := openPod(args.Netns)
+		podNS, err := ns.GetNS(args.Netns)
 		var notExist ns.NSPathNotExistErr
 		var notNS ns.NSPathNotNSErr
 		switch {
@@ -75,8 +75,11 @@ func (p *Plugin) del(n *network, args *skel.CmdArgs) error {
 		case err != nil:
 			return err
 		default:
-			reaped, err = p.takeDownPod(ph, args.IfName, hostName, alias)
-			ph.Close()
+			pc, err := rtnlSocket(podNS)
+			if err == nil {
+				reaped, err = p.takeDownPod(pc, args.IfName, hostName, alias)
+				pc.Close()
+			}
 			podNS.Close()
 			if err != nil {
 				return err
@@ -123,8 +126,8 @@ func (p *Plugin) del(n *network, args *skel.CmdArgs) error {
 // Reaper is set, the pod end is only taken down and renamed and the pair
 // goes to the Reaper (reaped reports that); otherwise the pair is deleted
 // here. An interface that is already gone is fine.
-func (p *Plugin) takeDownPod(ph *netlink.Handle, ifName, hostName, alias string) (reaped bool, err error) {
-	l, err := ph.LinkByName(ifName)
+func (p *Plugin) takeDownPod(pc *rtnlConn, ifName, hostName, alias string) (reaped bool, err error) {
+	l, err := pc.getLink(ifName, 0)
 	if isLinkNotFound(err) {
 		return false, nil
 	}
@@ -136,12 +139,16 @@ func (p *Plugin) takeDownPod(ph *netlink.Handle, ifName, hostName, alias string)
 	// plugin before the binary was replaced does not, and is deleted
 	// here). Once the host end is down the pod is off the bridge; the
 	// rename frees the name for another attachment in the namespace.
-	if p.Reaper != nil && l.Type() == "veth" && ownPeer(l.Attrs().ParentIndex, hostName, alias) {
-		if doom(l.Attrs().ParentIndex) == nil && rename(ph, l, deadName()) == nil && p.Reaper() == nil {
-			return true, nil
+	if p.Reaper != nil && l.Type() == "veth" {
+		if hc, err := rtnlSocket(nil); err == nil {
+			cut := ownPeer(hc, l.Attrs().ParentIndex, hostName, alias) && doom(hc, l.Attrs().ParentIndex) == nil
+			hc.Close()
+			if cut && rename(pc, l.Attrs().Index, deadName()) == nil && p.Reaper() == nil {
+				return true, nil
+			}
 		}
 	}
-	if err := ph.LinkDel(l); err != nil && !isLinkNotFound(err) {
+	if err := pc.delLink(l.Attrs().Index); err != nil && !isLinkNotFound(err) {
 		return false, fmt.Errorf("delete %s: %w", ifName, err)
 	}
 	return false, nil
@@ -149,25 +156,20 @@ func (p *Plugin) takeDownPod(ph *netlink.Handle, ifName, hostName, alias string)
 
 // rename renames a link; kernels before 6.2 refuse to rename one that is
 // up, so it is taken down first there.
-func rename(h *netlink.Handle, l netlink.Link, name string) error {
-	err := h.LinkSetName(l, name)
+func rename(c *rtnlConn, index int, name string) error {
+	err := c.setLink(index, name, false)
 	if errors.Is(err, unix.EBUSY) {
-		if err := h.LinkSetDown(l); err != nil {
+		if err := c.setLink(index, "", true); err != nil {
 			return err
 		}
-		err = h.LinkSetName(l, name)
+		err = c.setLink(index, name, false)
 	}
 	return err
 }
 
 // ownPeer reports whether the host link with index is our end of the
 // attachment's pair.
-func ownPeer(index int, name, alias string) bool {
-	h, err := openHost()
-	if err != nil {
-		return false
-	}
-	defer h.Close()
-	l, err := h.LinkByIndex(index)
+func ownPeer(c *rtnlConn, index int, name, alias string) bool {
+	l, err := c.getLink("", index)
 	return err == nil && l.Attrs().Name == name && l.Attrs().Alias == alias
 }

@@ -75,12 +75,17 @@ func gcVeths(network string, valid []hostlocal.Attachment) ([]string, error) {
 	}
 	var deleted []string
 	var errs []error
+	hc, err := rtnlSocket(nil)
+	if err != nil {
+		return nil, err
+	}
+	defer hc.Close()
 	for _, l := range links {
 		nw, a, ok := parseAlias(l.Attrs().Alias)
 		if !ok || nw != network || keep[a] || l.Type() != "veth" {
 			continue
 		}
-		if err := doom(l.Attrs().Index); err != nil && !isLinkNotFound(err) {
+		if err := doom(hc, l.Attrs().Index); err != nil && !isLinkNotFound(err) {
 			errs = append(errs, fmt.Errorf("delete stale veth %s: %w", l.Attrs().Name, err))
 			continue
 		}

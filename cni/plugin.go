@@ -178,11 +178,16 @@ func (p *Plugin) add(ctx context.Context, log *slog.Logger, n *network, args *sk
 		return nil, errorf(CodeBadEnv, "CNI_NETNS %q: %w", args.Netns, err)
 	}
 	defer podNS.Close()
-	host, err := openHost()
+	// The usual ADD talks to the kernel through hc. The library's handle
+	// serves the rare paths (creating the bridge, a stale veth, rollback);
+	// without sockets of its own, like the library's package-level
+	// functions, it opens one per request, so the usual ADD opens none.
+	host := &netlink.Handle{}
+	hc, err := rtnlSocket(nil)
 	if err != nil {
 		return nil, err
 	}
-	defer host.Close()
+	defer hc.Close()
 	store, err := hostlocal.Open(n.dataDir, n.name)
 	if err != nil {
 		return nil, withCode(CodeIO, err)
@@ -208,11 +213,11 @@ func (p *Plugin) add(ctx context.Context, log *slog.Logger, n *network, args *sk
 	}()
 
 	gateways := gatewayPrefixes(allocs)
-	br, err := ensureBridge(host, n, gateways)
+	br, err := ensureBridge(host, hc, n, gateways)
 	if err != nil {
 		return nil, err
 	}
-	pair, err := createVeth(host, podNS, br, n, args.ContainerID, args.IfName)
+	pair, err := createVeth(host, hc, podNS, br, n, args.ContainerID, args.IfName)
 	if err != nil {
 		return nil, err
 	}

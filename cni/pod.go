@@ -107,7 +107,7 @@ func configurePod(podNS ns.NetNS, ifName string, index int, allocs []hostlocal.A
 }
 
 // linkIndex looks a link up by name.
-func linkIndex(s *nl.NetlinkSocket, name string) (int, error) {
+func linkIndex(s *rtnlConn, name string) (int, error) {
 	req := nl.NewNetlinkRequest(unix.RTM_GETLINK, unix.NLM_F_ACK)
 	req.AddData(nl.NewIfInfomsg(unix.AF_UNSPEC))
 	req.AddData(nl.NewRtAttr(unix.IFLA_IFNAME, nl.ZeroTerminated(name)))

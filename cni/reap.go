@@ -38,7 +38,7 @@ func reapOnce() (bool, error) {
 	req := nl.NewNetlinkRequest(unix.RTM_DELLINK, unix.NLM_F_ACK)
 	req.AddData(nl.NewIfInfomsg(unix.AF_UNSPEC))
 	req.AddData(nl.NewRtAttr(unix.IFLA_GROUP, nl.Uint32Attr(doomedGroup)))
-	_, err := req.Execute(unix.NETLINK_ROUTE, 0)
+	_, err := rtnlExec(req)
 	switch {
 	case err == nil:
 		return true, nil
@@ -113,14 +113,14 @@ func RunReaper() error {
 
 // doom takes a link down (cutting its veth peer off too) and moves it into
 // doomedGroup, in one request.
-func doom(index int) error {
+func doom(c *rtnlConn, index int) error {
 	req := nl.NewNetlinkRequest(unix.RTM_NEWLINK, unix.NLM_F_ACK)
 	msg := nl.NewIfInfomsg(unix.AF_UNSPEC)
 	msg.Index = int32(index)
 	msg.Change = unix.IFF_UP // and Flags without IFF_UP: down
 	req.AddData(msg)
 	req.AddData(nl.NewRtAttr(unix.IFLA_GROUP, nl.Uint32Attr(doomedGroup)))
-	_, err := req.Execute(unix.NETLINK_ROUTE, 0)
+	_, err := c.exec(req, 0)
 	return err
 }
 
@@ -128,4 +128,15 @@ func doom(index int) error {
 // its real name for a new attachment in the same namespace.
 func deadName() string {
 	return fmt.Sprintf("nndead%08x", rand.Uint32())
+}
+
+// rtnlExec runs one request on a socket of its own in the calling thread's
+// namespace.
+func rtnlExec(req *nl.NetlinkRequest) ([][]byte, error) {
+	c, err := rtnlSocket(nil)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return c.exec(req, 0)
 }

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"runtime"
+	"slices"
 	"syscall"
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/nodenet/nodenet/ipam/hostlocal"
@@ -22,39 +24,160 @@ import (
 // processes a batch in order, within the send, and queues one answer per
 // request.
 
+// rtnlConn is a blocking route netlink socket. The netlink library's
+// sockets are non-blocking and go through the runtime's poller: every
+// answer then costs a park, an epoll wait on another thread and a wake-up,
+// which on a busy node adds up to a good part of a CNI command. A blocking
+// receive just waits in the kernel.
+type rtnlConn struct{ fd int }
+
 // rtnlSocket opens a route netlink socket in the namespace of podNS, or in
 // the calling thread's namespace when podNS is nil.
-func rtnlSocket(podNS ns.NetNS) (*nl.NetlinkSocket, error) {
-	target := netns.None()
-	if podNS != nil {
-		target = netns.NsHandle(podNS.Fd())
+func rtnlSocket(podNS ns.NetNS) (*rtnlConn, error) {
+	if podNS == nil {
+		return newRtnlConn()
 	}
-	s, err := nl.GetNetlinkSocketAt(target, netns.None(), unix.NETLINK_ROUTE)
+	var c *rtnlConn
+	err := inNetns(int(podNS.Fd()), func() (err error) {
+		c, err = newRtnlConn()
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open netlink in %s: %w", podNS.Path(), err)
+	}
+	return c, nil
+}
+
+func newRtnlConn() (*rtnlConn, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
 	if err != nil {
 		return nil, fmt.Errorf("open netlink: %w", err)
 	}
-	return s, nil
+	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("open netlink: %w", err)
+	}
+	return &rtnlConn{fd: fd}, nil
+}
+
+// inNetns runs fn on the calling thread switched into the network
+// namespace nsFd, and switches back. If switching back fails, the thread
+// stays locked to the goroutine (which gets the error), so the runtime
+// never hands it to another goroutine in the wrong namespace.
+func inNetns(nsFd int, fn func() error) error {
+	runtime.LockOSThread()
+	self, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		runtime.UnlockOSThread()
+		return err
+	}
+	defer unix.Close(self)
+	if err := unix.Setns(nsFd, unix.CLONE_NEWNET); err != nil {
+		runtime.UnlockOSThread()
+		return fmt.Errorf("enter network namespace: %w", err)
+	}
+	ferr := fn()
+	if err := unix.Setns(self, unix.CLONE_NEWNET); err != nil {
+		return fmt.Errorf("return to network namespace: %w", err)
+	}
+	runtime.UnlockOSThread()
+	return ferr
+}
+
+func (c *rtnlConn) Close() { unix.Close(c.fd) }
+
+func (c *rtnlConn) receive(buf []byte) ([]syscall.NetlinkMessage, error) {
+	for {
+		n, _, err := unix.Recvfrom(c.fd, buf, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return syscall.ParseNetlinkMessage(buf[:n])
+	}
+}
+
+// exec sends one request (with NLM_F_ACK) and waits for its answer; a
+// failure is the bare errno.
+func (c *rtnlConn) exec(req *nl.NetlinkRequest, echoType uint16) ([][]byte, error) {
+	return sendBatch(c, []*nl.NetlinkRequest{req}, []string{""}, []syscall.Errno{0}, echoType)
+}
+
+// getLink looks a link up by name (with index 0) or by index, and
+// decodes it as the netlink library does. A missing link is ENODEV.
+func (c *rtnlConn) getLink(name string, index int) (netlink.Link, error) {
+	req := nl.NewNetlinkRequest(unix.RTM_GETLINK, unix.NLM_F_ACK)
+	msg := nl.NewIfInfomsg(unix.AF_UNSPEC)
+	msg.Index = int32(index)
+	req.AddData(msg)
+	req.AddData(nl.NewRtAttr(unix.IFLA_EXT_MASK, nl.Uint32Attr(nl.RTEXT_FILTER_VF)))
+	if index == 0 {
+		if len(name) > 15 {
+			req.AddData(nl.NewRtAttr(unix.IFLA_ALT_IFNAME, nl.ZeroTerminated(name)))
+		} else {
+			req.AddData(nl.NewRtAttr(unix.IFLA_IFNAME, nl.ZeroTerminated(name)))
+		}
+	}
+	msgs, err := c.exec(req, unix.RTM_NEWLINK)
+	if err != nil {
+		return nil, err
+	}
+	if len(msgs) != 1 {
+		return nil, fmt.Errorf("look up link %q (index %d): %d answers", name, index, len(msgs))
+	}
+	return netlink.LinkDeserialize(nil, msgs[0])
+}
+
+// setLink changes a link's name (if name is set) and takes it down (if
+// down), in one request.
+func (c *rtnlConn) setLink(index int, name string, down bool) error {
+	req := nl.NewNetlinkRequest(unix.RTM_NEWLINK, unix.NLM_F_ACK)
+	msg := nl.NewIfInfomsg(unix.AF_UNSPEC)
+	msg.Index = int32(index)
+	if down {
+		msg.Change = unix.IFF_UP
+	}
+	req.AddData(msg)
+	if name != "" {
+		req.AddData(nl.NewRtAttr(unix.IFLA_IFNAME, nl.ZeroTerminated(name)))
+	}
+	_, err := c.exec(req, 0)
+	return err
+}
+
+// delLink deletes a link by index.
+func (c *rtnlConn) delLink(index int) error {
+	req := nl.NewNetlinkRequest(unix.RTM_DELLINK, unix.NLM_F_ACK)
+	msg := nl.NewIfInfomsg(unix.AF_UNSPEC)
+	msg.Index = int32(index)
+	req.AddData(msg)
+	_, err := c.exec(req, 0)
+	return err
 }
 
 // sendBatch sends reqs (each with NLM_F_ACK) in one write and waits for all
 // their acknowledgements. It returns the first failure, naming the request
 // by what[i], and the bodies of any answers of type echoType (NLM_F_ECHO).
-// A request whose failure is in ignore[i] counts as done.
-func sendBatch(s *nl.NetlinkSocket, reqs []*nl.NetlinkRequest, what []string, ignore []syscall.Errno, echoType uint16) ([][]byte, error) {
+// A request whose failure is in ignore[i] counts as done; one whose what[i]
+// is empty fails with the bare errno.
+func sendBatch(s *rtnlConn, reqs []*nl.NetlinkRequest, what []string, ignore []syscall.Errno, echoType uint16) ([][]byte, error) {
 	var buf []byte
 	pending := make(map[uint32]int, len(reqs))
 	for i, r := range reqs {
 		buf = append(buf, r.Serialize()...)
 		pending[r.Seq] = i
 	}
-	if err := unix.Sendto(s.GetFd(), buf, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+	if err := unix.Sendto(s.fd, buf, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return nil, fmt.Errorf("send netlink batch: %w", err)
 	}
 	var echoes [][]byte
 	var first error
 	firstIdx := len(reqs)
+	rb := make([]byte, 1<<16)
 	for len(pending) > 0 {
-		msgs, _, err := s.Receive()
+		msgs, err := s.receive(rb)
 		if err != nil {
 			return nil, fmt.Errorf("receive netlink answers: %w", err)
 		}
@@ -65,12 +188,15 @@ func sendBatch(s *nl.NetlinkSocket, reqs []*nl.NetlinkRequest, what []string, ig
 			}
 			switch m.Header.Type {
 			case echoType:
-				echoes = append(echoes, m.Data)
+				echoes = append(echoes, slices.Clone(m.Data))
 			case unix.NLMSG_ERROR:
 				delete(pending, m.Header.Seq)
 				errno := syscall.Errno(-int32(binary.NativeEndian.Uint32(m.Data[:4])))
 				if errno != 0 && errno != ignore[i] && i < firstIdx {
-					first, firstIdx = fmt.Errorf("%s: %w", what[i], errno), i
+					first, firstIdx = errno, i
+					if what[i] != "" {
+						first = fmt.Errorf("%s: %w", what[i], errno)
+					}
 				}
 			}
 		}
@@ -89,7 +215,7 @@ func (b *batch) add(r *nl.NetlinkRequest, what string, ignore syscall.Errno) {
 	b.reqs, b.what, b.ignore = append(b.reqs, r), append(b.what, what), append(b.ignore, ignore)
 }
 
-func (b *batch) send(s *nl.NetlinkSocket, echoType uint16) ([][]byte, error) {
+func (b *batch) send(s *rtnlConn, echoType uint16) ([][]byte, error) {
 	return sendBatch(s, b.reqs, b.what, b.ignore, echoType)
 }
 

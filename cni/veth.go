@@ -82,7 +82,7 @@ type vethPair struct {
 // in a second. (The netlink library would take five round trips: it
 // neither sets the master at creation nor combines the rest.) A leftover
 // host end of the same attachment (an ADD that crashed) is replaced.
-func createVeth(h *netlink.Handle, podNS ns.NetNS, br netlink.Link, n *network, containerID, ifName string) (*vethPair, error) {
+func createVeth(h *netlink.Handle, c *rtnlConn, podNS ns.NetNS, br netlink.Link, n *network, containerID, ifName string) (*vethPair, error) {
 	v := &vethPair{hostName: HostVethName(containerID, ifName)}
 	alias := vethAlias(n.name, containerID, ifName)
 	if len(alias) > 255 {
@@ -96,7 +96,7 @@ func createVeth(h *netlink.Handle, podNS ns.NetNS, br netlink.Link, n *network, 
 		return nil, err
 	}
 	for attempt := 0; ; attempt++ {
-		v.podIndex, err = newVeth(v, ifName, n.mtu, br.Attrs().Index, int(podNS.Fd()))
+		v.podIndex, err = newVeth(c, v, ifName, n.mtu, br.Attrs().Index, int(podNS.Fd()))
 		if err == nil {
 			break
 		}
@@ -116,7 +116,7 @@ func createVeth(h *netlink.Handle, podNS ns.NetNS, br netlink.Link, n *network, 
 			return nil, fmt.Errorf("remove stale veth %s: %w", v.hostName, err)
 		}
 	}
-	if err := tagPort(v.hostName, alias, n.hairpin); err != nil {
+	if err := tagPort(c, v.hostName, alias, n.hairpin); err != nil {
 		deleteLink(h, v.hostName, nil)
 		return nil, fmt.Errorf("configure %s: %w", v.hostName, err)
 	}
@@ -127,7 +127,7 @@ func createVeth(h *netlink.Handle, podNS ns.NetNS, br netlink.Link, n *network, 
 // thread's namespace for the host end). With NLM_F_ECHO, kernels since 6.3
 // answer with the new host end, whose IFLA_LINK is the pod end's ifindex;
 // older ones do not, and podIndex is 0.
-func newVeth(v *vethPair, ifName string, mtu, master, podFd int) (podIndex int, err error) {
+func newVeth(c *rtnlConn, v *vethPair, ifName string, mtu, master, podFd int) (podIndex int, err error) {
 	req := nl.NewNetlinkRequest(unix.RTM_NEWLINK, unix.NLM_F_CREATE|unix.NLM_F_EXCL|unix.NLM_F_ACK|unix.NLM_F_ECHO)
 	msg := nl.NewIfInfomsg(unix.AF_UNSPEC)
 	msg.Flags, msg.Change = unix.IFF_UP, unix.IFF_UP
@@ -147,7 +147,7 @@ func newVeth(v *vethPair, ifName string, mtu, master, podFd int) (podIndex int, 
 	peer.AddRtAttr(unix.IFLA_ADDRESS, v.podMAC)
 	peer.AddRtAttr(unix.IFLA_NET_NS_FD, nl.Uint32Attr(uint32(podFd)))
 	req.AddData(info)
-	msgs, err := req.Execute(unix.NETLINK_ROUTE, unix.RTM_NEWLINK)
+	msgs, err := c.exec(req, unix.RTM_NEWLINK)
 	if err != nil {
 		return 0, err
 	}
@@ -170,7 +170,7 @@ func newVeth(v *vethPair, ifName string, mtu, master, podFd int) (podIndex int, 
 
 // tagPort sets the owner alias and, optionally, hairpin mode on a bridge
 // port, addressed by name, in one request.
-func tagPort(name, alias string, hairpin bool) error {
+func tagPort(c *rtnlConn, name, alias string, hairpin bool) error {
 	req := nl.NewNetlinkRequest(unix.RTM_NEWLINK, unix.NLM_F_ACK)
 	req.AddData(nl.NewIfInfomsg(unix.AF_UNSPEC))
 	req.AddData(nl.NewRtAttr(unix.IFLA_IFNAME, nl.ZeroTerminated(name)))
@@ -181,7 +181,7 @@ func tagPort(name, alias string, hairpin bool) error {
 		info.AddRtAttr(nl.IFLA_INFO_SLAVE_DATA, nil).AddRtAttr(nl.IFLA_BRPORT_MODE, nl.Uint8Attr(1))
 		req.AddData(info)
 	}
-	_, err := req.Execute(unix.NETLINK_ROUTE, 0)
+	_, err := c.exec(req, 0)
 	return err
 }
 
