@@ -3,14 +3,13 @@ package loadbalancer
 import (
 	"context"
 	"fmt"
+	"github.com/nodenet/nodenet/controllers/internal/workers"
 	"log/slog"
 	"net/netip"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -92,7 +91,7 @@ func (c *Controller) enqueue(obj any) {
 // Run blocks until ctx is done. The table is rebuilt from every Service's
 // status before the first worker starts, so no allocation can hand out an
 // address that a not-yet-synced Service already publishes.
-func (c *Controller) Run(ctx context.Context, workers int) {
+func (c *Controller) Run(ctx context.Context, n int) {
 	defer utilruntime.HandleCrash()
 	defer c.queue.ShutDown()
 	c.log.Info("starting load-balancer IP controller", "pools", fmt.Sprint(c.alloc.pools))
@@ -103,33 +102,7 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 		c.log.Error("rebuild allocation table", "err", err)
 		return
 	}
-	var wg sync.WaitGroup
-	for range max(workers, 1) {
-		wg.Go(func() { wait.UntilWithContext(ctx, c.worker, time.Second) })
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
-}
-
-func (c *Controller) worker(ctx context.Context) {
-	for c.processNext(ctx) {
-	}
-}
-
-func (c *Controller) processNext(ctx context.Context) bool {
-	key, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(key)
-	if err := c.sync(ctx, key); err != nil {
-		c.log.Info("sync service failed; retrying", "service", key, "err", err)
-		c.queue.AddRateLimited(key)
-		return true
-	}
-	c.queue.Forget(key)
-	return true
+	workers.Run(ctx, c.queue, n, "service", c.log, c.sync)
 }
 
 // setWaiting records whether key still lacks an address it wants.

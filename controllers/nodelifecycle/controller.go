@@ -3,6 +3,7 @@ package nodelifecycle
 import (
 	"context"
 	"fmt"
+	"github.com/nodenet/nodenet/controllers/internal/workers"
 	"log/slog"
 	"sync"
 	"time"
@@ -155,21 +156,15 @@ func (c *Controller) enqueuePodNode(obj any) {
 }
 
 // Run blocks until ctx is done.
-func (c *Controller) Run(ctx context.Context, workers int) {
+func (c *Controller) Run(ctx context.Context, n int) {
 	defer utilruntime.HandleCrash()
 	defer c.queue.ShutDown()
 	c.log.Info("starting node lifecycle controller", "grace", c.opts.NodeMonitorGracePeriod, "period", c.opts.NodeMonitorPeriod)
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return
 	}
-	var wg sync.WaitGroup
-	for range max(workers, 1) {
-		wg.Go(func() { wait.UntilWithContext(ctx, c.worker, time.Second) })
-	}
-	wg.Go(func() { wait.UntilWithContext(ctx, c.enqueueAll, c.opts.NodeMonitorPeriod) })
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	go wait.UntilWithContext(ctx, c.enqueueAll, c.opts.NodeMonitorPeriod)
+	workers.Run(ctx, c.queue, n, "node", c.log, c.sync)
 }
 
 // enqueueAll is the periodic safety net behind the per-node deadlines.
@@ -182,24 +177,4 @@ func (c *Controller) enqueueAll(context.Context) {
 	for _, n := range nodes {
 		c.queue.Add(n.Name)
 	}
-}
-
-func (c *Controller) worker(ctx context.Context) {
-	for c.processNext(ctx) {
-	}
-}
-
-func (c *Controller) processNext(ctx context.Context) bool {
-	name, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(name)
-	if err := c.sync(ctx, name); err != nil {
-		c.log.Info("sync node failed; retrying", "node", name, "err", err)
-		c.queue.AddRateLimited(name)
-		return true
-	}
-	c.queue.Forget(name)
-	return true
 }

@@ -3,15 +3,14 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"github.com/nodenet/nodenet/controllers/internal/workers"
 	"log/slog"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -172,38 +171,12 @@ func (c *Controller) setUnschedulable(key string, unschedulable bool) {
 }
 
 // Run blocks until ctx is done.
-func (c *Controller) Run(ctx context.Context, workers int) {
+func (c *Controller) Run(ctx context.Context, n int) {
 	defer utilruntime.HandleCrash()
 	defer c.queue.ShutDown()
 	c.log.Info("starting scheduler", "schedulerName", c.opts.SchedulerName)
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return
 	}
-	var wg sync.WaitGroup
-	for range max(workers, 1) {
-		wg.Go(func() { wait.UntilWithContext(ctx, c.worker, time.Second) })
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
-}
-
-func (c *Controller) worker(ctx context.Context) {
-	for c.processNext(ctx) {
-	}
-}
-
-func (c *Controller) processNext(ctx context.Context) bool {
-	key, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(key)
-	if err := c.sync(ctx, key); err != nil {
-		c.log.Info("schedule pod failed; retrying", "pod", key, "err", err)
-		c.queue.AddRateLimited(key)
-		return true
-	}
-	c.queue.Forget(key)
-	return true
+	workers.Run(ctx, c.queue, n, "pod", c.log, c.sync)
 }
