@@ -2,10 +2,12 @@ package nodeipam
 
 import (
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -69,7 +71,7 @@ func TestRefusedWriteAdoptsAndFreesChoice(t *testing.T) {
 	opts := Options{ClusterCIDRs: []string{"10.244.0.0/23"}} // two subnets
 	createNodes(t, s.Client, []string{"a"}, 1)
 	var raced atomic.Bool
-	startController(t, s, opts, func(req *http.Request) {
+	r := startController(t, s, opts, func(req *http.Request) {
 		if req.Method != http.MethodPatch || !strings.HasSuffix(req.URL.Path, "/nodes/a") || !raced.CompareAndSwap(false, true) {
 			return
 		}
@@ -83,6 +85,15 @@ func TestRefusedWriteAdoptsAndFreesChoice(t *testing.T) {
 	if !raced.Load() || got["a"][0] != "10.244.1.0/24" {
 		t.Fatalf("node a: %v (raced %v), want the racing writer's 10.244.1.0/24", got["a"], raced.Load())
 	}
+	// The API shows the racing write before the controller has seen its
+	// own patch refused; a node created in between could be handed the
+	// racer's CIDR (nothing can prevent that: the racer bypassed the
+	// controller). Wait for the adoption, which is what this test is about.
+	testapi.Eventually(t, 10*time.Second, "controller adopts a's CIDR", func() bool {
+		r.c.mu.Lock()
+		defer r.c.mu.Unlock()
+		return r.c.owners[netip.MustParsePrefix("10.244.1.0/24")] == "a"
+	})
 	createNodes(t, s.Client, []string{"b"}, 1)
 	got = waitAssigned(t, s.Client, []string{"b"})
 	if got["b"][0] != "10.244.0.0/24" {

@@ -28,6 +28,7 @@ const waitLong = 45 * time.Second
 // running is one controller instance with its own client, informers and
 // event broadcaster, as after a process restart.
 type running struct {
+	c       *Controller
 	cancel  context.CancelFunc
 	done    chan struct{}
 	patches atomic.Int64 // PATCH requests to nodes sent by this instance
@@ -80,6 +81,7 @@ func startController(t *testing.T, s *testapi.Server, opts Options, before func(
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
+	r.c = c
 	factory.Start(ctx.Done())
 	go func() {
 		defer close(r.done)
