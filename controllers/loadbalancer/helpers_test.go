@@ -1,7 +1,6 @@
 package loadbalancer
 
 import (
-	"context"
 	"net/netip"
 	"sync"
 	"testing"
@@ -12,8 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/nodenet/nodenet/internal/testapi"
@@ -25,29 +22,9 @@ const timeout = 20 * time.Second
 // the test ends). Events go to the API server, as in production.
 func startController(t *testing.T, client kubernetes.Interface, pools ...string) (stop func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(testapi.Context(t))
-	factory := informers.NewSharedInformerFactory(client, 0)
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nodenet-loadbalancer"})
-	c, err := New(client, factory, Options{Pools: pools}, recorder, testapi.Logger())
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	factory.Start(ctx.Done())
-	var wg sync.WaitGroup
-	wg.Go(func() { c.Run(ctx, 2) })
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			wg.Wait()
-			factory.Shutdown()
-			broadcaster.Shutdown()
-		})
-	}
-	t.Cleanup(stop)
-	return stop
+	return testapi.RunController(t, client, "nodenet-loadbalancer", 2, func(f informers.SharedInformerFactory, r record.EventRecorder) (testapi.Runner, error) {
+		return New(client, f, Options{Pools: pools}, r, testapi.Logger())
+	})
 }
 
 type svcOpt func(*corev1.Service)

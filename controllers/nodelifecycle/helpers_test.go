@@ -11,8 +11,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/nodenet/nodenet/internal/testapi"
@@ -26,29 +24,9 @@ const (
 
 func startController(t *testing.T, client kubernetes.Interface) (stop func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(testapi.Context(t))
-	factory := informers.NewSharedInformerFactory(client, 0)
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nodenet-nodelifecycle"})
-	c, err := New(client, factory, Options{NodeMonitorGracePeriod: grace, NodeMonitorPeriod: period}, recorder, testapi.Logger())
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	factory.Start(ctx.Done())
-	var wg sync.WaitGroup
-	wg.Go(func() { c.Run(ctx, 2) })
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			wg.Wait()
-			factory.Shutdown()
-			broadcaster.Shutdown()
-		})
-	}
-	t.Cleanup(stop)
-	return stop
+	return testapi.RunController(t, client, "nodenet-nodelifecycle", 2, func(f informers.SharedInformerFactory, r record.EventRecorder) (testapi.Runner, error) {
+		return New(client, f, Options{NodeMonitorGracePeriod: grace, NodeMonitorPeriod: period}, r, testapi.Logger())
+	})
 }
 
 // createNode registers a node that reports Ready.

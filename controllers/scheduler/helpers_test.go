@@ -1,9 +1,7 @@
 package scheduler
 
 import (
-	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,8 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/nodenet/nodenet/internal/testapi"
@@ -23,23 +19,8 @@ const timeout = 20 * time.Second
 
 func startScheduler(t *testing.T, client kubernetes.Interface, opts Options) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(testapi.Context(t))
-	factory := informers.NewSharedInformerFactory(client, 0)
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	recorder := broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "nodenet-scheduler"})
-	c, err := New(client, factory, opts, recorder, testapi.Logger())
-	if err != nil {
-		t.Fatalf("New: %v", err)
-	}
-	factory.Start(ctx.Done())
-	var wg sync.WaitGroup
-	wg.Go(func() { c.Run(ctx, 4) })
-	t.Cleanup(func() {
-		cancel()
-		wg.Wait()
-		factory.Shutdown()
-		broadcaster.Shutdown()
+	testapi.RunController(t, client, "nodenet-scheduler", 4, func(f informers.SharedInformerFactory, r record.EventRecorder) (testapi.Runner, error) {
+		return New(client, f, opts, r, testapi.Logger())
 	})
 }
 
