@@ -132,7 +132,7 @@ func (f *cmFlags) configured(name string) bool {
 }
 
 // build turns the flags into controller constructors.
-func (f *cmFlags) build(on map[string]bool, log *slog.Logger) ([]manager.Controller, func(), error) {
+func (f *cmFlags) build(on map[string]bool) ([]manager.Controller, func(), error) {
 	var out []manager.Controller
 	cleanup := func() {}
 	add := func(name string, newFn manager.Constructor) {
@@ -186,7 +186,7 @@ func runControllerManager(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	ctrls, cleanup, err := f.build(on, log)
+	ctrls, cleanup, err := f.build(on)
 	if err != nil {
 		return err
 	}
