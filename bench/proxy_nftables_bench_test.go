@@ -54,7 +54,7 @@ func childMaxRSS() float64 {
 func runProxyNFTablesBench(b *testing.B, n int) {
 	ctx := context.Background()
 	topo := newProxyBenchTopology(b)
-	runner := nftables.ExecRunner{Prefix: []string{"ip", "netns", "exec", topo.node.Name()}}
+	runner := nftables.ExecRunner{Netns: topo.node.Name()}
 	newProxy := func() *proxy.Proxy {
 		p, err := proxy.New(proxy.Config{
 			NodeName:     "bench-node",

@@ -45,7 +45,7 @@ func TestProxyModeSwitchIPTablesNFTables(t *testing.T) {
 	nft := proxytest.Mode{
 		Name: "nftables",
 		New: func(t testing.TB, node *nettest.NS) proxy.DataPlane {
-			return nftables.New(proxy.IPv4, nftables.ExecRunner{Prefix: in(node)}, testapi.Logger())
+			return nftables.New(proxy.IPv4, nftables.ExecRunner{Netns: node.Name()}, testapi.Logger())
 		},
 		Leftovers: func(t testing.TB, node *nettest.NS) string {
 			out, err := exec.Command("ip", "netns", "exec", node.Name(), "nft", "list", "tables").CombinedOutput()

@@ -2,6 +2,7 @@ package nftables
 
 import (
 	"context"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -12,10 +13,11 @@ import (
 
 // contractStep is one thing done to both the Fake and the kernel.
 type contractStep struct {
-	name    string
-	script  string                           // raw nft input, or
-	sync    func(p *Proxier, r Runner) error // a data-plane action
-	wantErr string                           // errno message the step must fail with
+	name     string
+	script   string                           // raw nft input, or
+	elements []ElementOp                      // an element batch, or
+	sync     func(p *Proxier, r Runner) error // a data-plane action
+	wantErr  string                           // errno message the step must fail with
 }
 
 // listing is what both sides are compared on: `nft list table` of our
@@ -42,6 +44,11 @@ func contractSteps(fam proxy.Family) []contractStep {
 	}
 	web2 := *svcs[0]
 	web2.Endpoints = web2.Endpoints[:1]
+	webNew := *svcs[0]
+	webNew.Endpoints = append([]proxy.Endpoint{webNew.Endpoints[0]}, webNew.Endpoints[0])
+	webNew.Endpoints[1].IP = netip.MustParseAddr(map[bool]string{true: "fd10::9:9", false: "10.244.9.9"}[fam == proxy.IPv6])
+	w := writer{family: fam}
+	hairpin, _ := w.layout(setHairpin)
 	sticky2 := *svcs[5]
 	sticky2.AffinityTimeout = time.Minute
 	T := famName(fam) + " " + TableName
@@ -51,6 +58,12 @@ func contractSteps(fam proxy.Family) []contractStep {
 	}
 	return []contractStep{
 		{name: "full sync", sync: sync(full, svcs...)},
+		{name: "partial: endpoint replaced (element path)", sync: sync(changed(webNew.Name), append([]*proxy.ServicePort{&webNew}, svcs[1:]...)...)},
+		{name: "element path: deleting a missing element", elements: []ElementOp{{Delete: true, Set: setHairpin, Layout: hairpin, Key: key4or6(fam, "192.0.2.99") + " . " + key4or6(fam, "192.0.2.99")}}, wantErr: msgNoEnt},
+		{name: "element path: adding to a missing set", elements: []ElementOp{{Set: "nope", Layout: hairpin, Key: key4or6(fam, "192.0.2.99") + " . " + key4or6(fam, "192.0.2.99")}}, wantErr: msgNoEnt},
+		{name: "element path: one bad element aborts the batch", elements: []ElementOp{
+			{Set: setHairpin, Layout: hairpin, Key: key4or6(fam, "192.0.2.98") + " . " + key4or6(fam, "192.0.2.98")},
+			{Delete: true, Set: setHairpin, Layout: hairpin, Key: key4or6(fam, "192.0.2.99") + " . " + key4or6(fam, "192.0.2.99")}}, wantErr: msgNoEnt},
 		{name: "partial: endpoint removed", sync: sync(changed(web2.Name), append([]*proxy.ServicePort{&web2}, svcs[1:]...)...)},
 		{name: "partial: services deleted", sync: sync(changed(svcs[2].Name, svcs[3].Name), append([]*proxy.ServicePort{&web2}, svcs[4:]...)...)},
 		{name: "partial: services back, affinity timeout changed", sync: sync(changed(svcs[0].Name, svcs[2].Name, svcs[3].Name, sticky2.Name),
@@ -71,6 +84,14 @@ func contractSteps(fam proxy.Family) []contractStep {
 	}
 }
 
+// key4or6 maps an IPv4 test address into the family.
+func key4or6(fam proxy.Family, v4 string) string {
+	if fam == proxy.IPv6 {
+		return "2001:db8::" + strings.ReplaceAll(strings.TrimPrefix(v4, "192.0.2."), ".", ":")
+	}
+	return v4
+}
+
 // runContract applies the steps to r and returns the listing after each.
 func runContract(t *testing.T, fam proxy.Family, r Runner) []string {
 	t.Helper()
@@ -78,9 +99,12 @@ func runContract(t *testing.T, fam proxy.Family, r Runner) []string {
 	var states []string
 	for _, st := range contractSteps(fam) {
 		var err error
-		if st.sync != nil {
+		switch {
+		case st.sync != nil:
 			err = st.sync(p, r)
-		} else {
+		case st.elements != nil:
+			err = r.Elements(context.Background(), famName(fam), TableName, st.elements)
+		default:
 			err = r.Apply(context.Background(), []byte(st.script))
 		}
 		switch {
@@ -109,7 +133,7 @@ func TestContractKernel(t *testing.T) {
 	for _, fam := range []proxy.Family{proxy.IPv4, proxy.IPv6} {
 		t.Run(fam.String(), func(t *testing.T) {
 			ns := nettest.New(t)
-			r := ExecRunner{Prefix: []string{"ip", "netns", "exec", ns.Name()}}
+			r := ExecRunner{Netns: ns.Name()}
 			kernel := runContract(t, fam, r)
 			fake := runContract(t, fam, NewFake())
 			if !strings.Contains(kernel[0], "dnat to") || !strings.Contains(kernel[0], "goto reject-chain") {

@@ -27,8 +27,9 @@ type Fake struct {
 	tables map[string]*FakeTable // "ip nodenet-proxy"
 	order  []string
 
-	Applies    int // Apply calls, successful or not
-	LastScript []byte
+	Applies        int // Apply calls, successful or not
+	ElementBatches int // Elements calls, successful or not
+	LastScript     []byte
 }
 
 // FakeTable is one table of a Fake.
@@ -43,6 +44,7 @@ type FakeTable struct {
 type fakeSet struct {
 	name                      string
 	isMap                     bool
+	typeof                    bool // typ is "typeof" expressions, not type names
 	typ, size, flags, timeout string
 	elems                     map[string]string // key → value ("" in sets)
 }
@@ -89,6 +91,28 @@ func (f *Fake) Apply(_ context.Context, script []byte) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.Applies++
+	return f.apply(script)
+}
+
+// Elements implements Runner: the same transaction as the equivalent nft
+// script, after checking that every key and value encodes for the kernel.
+func (f *Fake) Elements(_ context.Context, family, table string, ops []ElementOp) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ElementBatches++
+	for _, op := range ops {
+		_, err := encodeFields(op.Key, op.Layout.Key)
+		if err == nil && !op.Delete && len(op.Layout.Value) > 0 {
+			_, err = encodeFields(op.Value, op.Layout.Value)
+		}
+		if err != nil {
+			return &Error{Stderr: "Error: Could not process rule: " + msgInvalArg + "\n" + op.script(family+" "+table) + ": " + err.Error(), Err: errFake}
+		}
+	}
+	return f.apply(elementScript(family, table, ops))
+}
+
+func (f *Fake) apply(script []byte) error {
 	f.LastScript = slices.Clone(script)
 	staged := map[string]*FakeTable{}
 	order := slices.Clone(f.order)
@@ -238,7 +262,7 @@ func (t *FakeTable) apply(verb, obj, name, rest string) string {
 			if !ok {
 				return msgNoEnt
 			}
-			if strings.Contains(rest, "vmap @"+s) && !set.isMap {
+			if (strings.Contains(rest, "vmap @"+s) || strings.Contains(rest, " map @"+s)) && !set.isMap {
 				return msgInvalArg
 			}
 		}
@@ -249,7 +273,7 @@ func (t *FakeTable) apply(verb, obj, name, rest string) string {
 			return msg
 		}
 		if old, ok := t.sets[name]; ok {
-			if old.isMap != s.isMap || old.typ != s.typ || old.flags != s.flags || old.timeout != s.timeout || old.size != s.size {
+			if old.isMap != s.isMap || old.typ != s.typ || old.typeof != s.typeof || old.flags != s.flags || old.timeout != s.timeout || old.size != s.size {
 				return msgExist
 			}
 			return ""
@@ -296,6 +320,11 @@ func (t *FakeTable) apply(verb, obj, name, rest string) string {
 			}
 			if s.isMap != hasValue {
 				return msgInvalArg
+			}
+			if s.isMap {
+				if msg := s.checkValue(value); msg != "" {
+					return msg
+				}
 			}
 			for _, target := range verdictTargets(value) {
 				if _, ok := t.chains[target]; !ok {
@@ -359,6 +388,8 @@ func parseSetDecl(name string, isMap bool, decl string) (*fakeSet, string) {
 		case "":
 		case "type":
 			s.typ = v
+		case "typeof":
+			s.typ, s.typeof = v, true
 		case "size":
 			s.size = v
 		case "flags":
@@ -375,17 +406,60 @@ func parseSetDecl(name string, isMap bool, decl string) (*fakeSet, string) {
 	return s, ""
 }
 
-// checkKey checks an element key against the set's key type.
-func (s *fakeSet) checkKey(key string) string {
-	typ, _, _ := strings.Cut(s.typ, " : ")
+// fieldTypes returns the type names of the key (or value) fields.
+func (s *fakeSet) fieldTypes(value bool) []string {
+	key, val, _ := strings.Cut(s.typ, " : ")
+	typ := key
+	if value {
+		typ = val
+	}
 	types := strings.Split(typ, " . ")
-	parts := strings.Split(key, " . ")
+	for i, t := range types {
+		types[i] = strings.TrimSpace(t)
+		if s.typeof {
+			types[i] = typeofType(types[i])
+		}
+	}
+	return types
+}
+
+// typeofType maps a typeof expression to the data type nft derives.
+func typeofType(expr string) string {
+	w := strings.Fields(expr)
+	switch {
+	case len(w) >= 1 && w[0] == "numgen":
+		return "integer"
+	case len(w) == 2 && w[0] == "ip" && (w[1] == "daddr" || w[1] == "saddr"):
+		return "ipv4_addr"
+	case len(w) == 2 && w[0] == "ip6" && (w[1] == "daddr" || w[1] == "saddr"):
+		return "ipv6_addr"
+	case len(w) == 2 && (w[1] == "dport" || w[1] == "sport"):
+		return "inet_service"
+	}
+	return "unknown " + expr
+}
+
+// checkKey checks an element key against the set's key type.
+func (s *fakeSet) checkKey(key string) string { return checkFields(key, s.fieldTypes(false)) }
+
+// checkValue checks a data map's value against its type; verdicts are
+// checked by the caller.
+func (s *fakeSet) checkValue(value string) string {
+	types := s.fieldTypes(true)
+	if len(types) == 1 && types[0] == "verdict" {
+		return ""
+	}
+	return checkFields(value, types)
+}
+
+func checkFields(s string, types []string) string {
+	parts := strings.Split(s, " . ")
 	if len(types) != len(parts) {
 		return msgInvalArg
 	}
 	for i, ty := range types {
 		p := strings.TrimSpace(parts[i])
-		switch strings.TrimSpace(ty) {
+		switch ty {
 		case "ipv4_addr":
 			a, err := netip.ParseAddr(p)
 			if err != nil || !a.Is4() || a.String() != p {
@@ -405,6 +479,12 @@ func (s *fakeSet) checkKey(key string) string {
 			if err != nil || n < 0 || n > 65535 {
 				return msgInvalArg
 			}
+		case "integer":
+			if _, err := strconv.ParseUint(p, 10, 32); err != nil {
+				return msgInvalArg
+			}
+		default:
+			return msgInvalArg
 		}
 	}
 	return ""
@@ -534,7 +614,10 @@ func (t *FakeTable) walk(base, c *FakeChain, depth int) string {
 
 func stmtAllowed(base *FakeChain, rule string) string {
 	w := strings.Fields(rule)
-	for _, tok := range w {
+	for i, tok := range w {
+		if i > 0 && w[i-1] == "status" {
+			continue // "ct status dnat" is a match, not the statement
+		}
 		switch tok {
 		case "dnat":
 			if base.Type != "nat" || (base.Hook != "prerouting" && base.Hook != "output") {
@@ -648,7 +731,11 @@ func (t *FakeTable) dump() string {
 		if s.isMap {
 			kw = "map"
 		}
-		fmt.Fprintf(&sb, "\t%s %s {\n\t\ttype %s\n", kw, n, s.typ)
+		tkw := "type"
+		if s.typeof {
+			tkw = "typeof"
+		}
+		fmt.Fprintf(&sb, "\t%s %s {\n\t\t%s %s\n", kw, n, tkw, s.typ)
 		if s.size != "" {
 			fmt.Fprintf(&sb, "\t\tsize %s\n", s.size)
 		}

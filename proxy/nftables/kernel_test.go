@@ -16,6 +16,6 @@ func TestKernel(t *testing.T) {
 	nettest.RequirePrivileged(t)
 	nettest.RequireTool(t, "nft")
 	proxytest.KernelSuite(t, func(t testing.TB, node *nettest.NS) proxy.DataPlane {
-		return New(proxy.IPv4, ExecRunner{Prefix: []string{"ip", "netns", "exec", node.Name()}}, testapi.Logger())
+		return New(proxy.IPv4, ExecRunner{Netns: node.Name()}, testapi.Logger())
 	})
 }

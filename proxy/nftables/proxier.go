@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 
@@ -27,6 +28,13 @@ type Proxier struct {
 	// claiming the same external IP:port do not make the transaction fail
 	// with EEXIST: the first (in name order) wins.
 	owners map[string]proxy.ServicePortName
+	// shared counts the services wanting each shared element (hairpin):
+	// it is in the kernel while the count is above zero.
+	shared map[string]int
+	// setUsers counts the services using each shared set (endpoint map
+	// shards): it exists while the count is above zero.
+	setUsers map[string]int
+	blocks   *blocks
 	fixed  int
 }
 
@@ -37,7 +45,7 @@ func New(family proxy.Family, runner Runner, log *slog.Logger) *Proxier {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Proxier{family: family, runner: runner, log: log, w: writer{family: family},
-		services: map[proxy.ServicePortName]*objects{}, owners: map[string]proxy.ServicePortName{}}
+		services: map[proxy.ServicePortName]*objects{}, owners: map[string]proxy.ServicePortName{}, shared: map[string]int{}, setUsers: map[string]int{}, blocks: newBlocks()}
 }
 
 // Name implements proxy.DataPlane.
@@ -60,17 +68,18 @@ const (
 // maxElemsPerCommand keeps command lines reasonably short.
 const maxElemsPerCommand = 1000
 
-// tx accumulates one nft transaction.
+// tx accumulates one transaction.
 type tx struct {
+	family  string // "ip"
 	prefix  string // "ip nodenet-proxy"
 	sec     [numSections]bytes.Buffer
-	adds    map[string][]string // set → "key : value" to add, in order
-	dels    map[string][]string // set → keys to delete
+	adds    []element // elements to add, in order
+	dels    []element // elements to delete, in order
 	written int
 }
 
 func newTx(w writer) *tx {
-	return &tx{prefix: w.nftFamily() + " " + TableName, adds: map[string][]string{}, dels: map[string][]string{}}
+	return &tx{family: w.nftFamily(), prefix: w.nftFamily() + " " + TableName}
 }
 
 func (t *tx) line(sec int, parts ...string) {
@@ -84,12 +93,15 @@ func (t *tx) line(sec int, parts ...string) {
 	b.WriteByte('\n')
 }
 
-func (t *tx) declSet(s setDef) {
-	kw := "set"
-	if s.isMap {
-		kw = "map"
+func setKeyword(isMap bool) string {
+	if isMap {
+		return "map"
 	}
-	t.line(secDecl, "add", kw, t.prefix, s.name, s.decl)
+	return "set"
+}
+
+func (t *tx) declSet(s setDef) {
+	t.line(secDecl, "add", setKeyword(s.isMap), t.prefix, s.name, s.decl)
 }
 
 func (t *tx) declChain(c chainDef) {
@@ -108,33 +120,64 @@ func (t *tx) rules(c chainDef) {
 }
 
 func (t *tx) addElem(e element) {
-	s := e.key
-	if e.value != "" {
-		s += " : " + e.value
-	}
-	t.adds[e.set] = append(t.adds[e.set], s)
+	t.adds = append(t.adds, e)
 	t.written++
 }
 
-func (t *tx) delElem(e element) { t.dels[e.set] = append(t.dels[e.set], e.key) }
+func (t *tx) delElem(e element) { t.dels = append(t.dels, e) }
 
 func (t *tx) empty() bool {
+	return t.onlyElements() && len(t.adds) == 0 && len(t.dels) == 0
+}
+
+// onlyElements reports whether the transaction changes nothing but
+// elements.
+func (t *tx) onlyElements() bool {
 	for i := range t.sec {
 		if t.sec[i].Len() > 0 {
 			return false
 		}
 	}
-	return len(t.adds) == 0 && len(t.dels) == 0
+	return true
 }
 
-func (t *tx) elemLines(sec int, verb string, m map[string][]string) {
-	sets := make([]string, 0, len(m))
-	for s := range m {
+// elementOps returns the transaction as element operations (deletions
+// first) if it is made of data-set elements only: those can skip the CLI.
+func (t *tx) elementOps(w writer) ([]ElementOp, bool) {
+	if !t.onlyElements() {
+		return nil, false
+	}
+	ops := make([]ElementOp, 0, len(t.dels)+len(t.adds))
+	for i, list := range [][]element{t.dels, t.adds} {
+		for _, e := range list {
+			l, ok := w.layout(e.set)
+			if !ok {
+				return nil, false
+			}
+			ops = append(ops, ElementOp{Delete: i == 0, Set: e.set, Layout: l, Key: e.key, Value: e.value})
+		}
+	}
+	return ops, true
+}
+
+// elemLines writes "verb element" commands, grouped by set (sets in name
+// order, elements in the order given).
+func (t *tx) elemLines(sec int, verb string, elems []element) {
+	bySet := map[string][]string{}
+	for _, e := range elems {
+		item := e.key
+		if verb == "add" && e.value != "" {
+			item += " : " + e.value
+		}
+		bySet[e.set] = append(bySet[e.set], item)
+	}
+	sets := make([]string, 0, len(bySet))
+	for s := range bySet {
 		sets = append(sets, s)
 	}
 	slices.Sort(sets)
 	for _, s := range sets {
-		items := m[s]
+		items := bySet[s]
 		for len(items) > 0 {
 			n := min(len(items), maxElemsPerCommand)
 			t.line(sec, verb, "element", t.prefix, s, "{", strings.Join(items[:n], ", "), "}")
@@ -146,12 +189,21 @@ func (t *tx) elemLines(sec int, verb string, m map[string][]string) {
 func (t *tx) bytes() []byte {
 	t.elemLines(secDelElem, "delete", t.dels)
 	t.elemLines(secAddElem, "add", t.adds)
-	t.adds, t.dels = map[string][]string{}, map[string][]string{}
+	t.adds, t.dels = nil, nil
 	var out bytes.Buffer
 	for i := range t.sec {
 		out.Write(t.sec[i].Bytes())
 	}
 	return out.Bytes()
+}
+
+// apply commits t: element-only transactions over the runner's element
+// path, everything else as one nft script.
+func (p *Proxier) apply(ctx context.Context, t *tx) error {
+	if ops, ok := t.elementOps(p.w); ok {
+		return p.runner.Elements(ctx, t.family, TableName, ops)
+	}
+	return p.runner.Apply(ctx, t.bytes())
 }
 
 // Sync implements proxy.DataPlane.
@@ -174,10 +226,14 @@ func (p *Proxier) total() int {
 }
 
 // claim keeps the elements of o that no other service holds and records
-// them as owned by n.
+// them as owned by n. Shared elements belong to everyone who wants them.
 func claim(owners map[string]proxy.ServicePortName, n proxy.ServicePortName, o *objects, log *slog.Logger) {
 	kept := o.elements[:0]
 	for _, e := range o.elements {
+		if e.shared {
+			kept = append(kept, e)
+			continue
+		}
 		if other, ok := owners[e.id()]; ok && other != n {
 			log.Warn("nftables: element already used by another service; skipped", "service", n.String(), "other", other.String(), "map", e.set, "key", e.key)
 			continue
@@ -202,15 +258,29 @@ func (p *Proxier) fullSync(ctx context.Context, snap *proxy.Snapshot) (proxy.Syn
 	t := newTx(p.w)
 	t.line(secDecl, "add table", t.prefix)
 	wantChains, wantSets := map[string]bool{}, map[string]bool{}
-	fixedSets := p.w.fixedSets()
-	for _, s := range fixedSets {
-		t.declSet(s)
-		wantSets[s.name] = true
-		kw := "set"
-		if s.isMap {
-			kw = "map"
+	existing := map[string]bool{}
+	for _, s := range exSets {
+		existing[s.name] = true
+	}
+	var recreate bytes.Buffer
+	wantSet := func(s setDef) {
+		if wantSets[s.name] {
+			return // shared by several services
 		}
-		t.line(secFlush, "flush", kw, t.prefix, s.name)
+		wantSets[s.name] = true
+		switch {
+		case s.recreate && existing[s.name]:
+			// After "flush table" nothing refers to it any more.
+			fmt.Fprintf(&recreate, "delete %s %s %s\nadd %s %s %s %s\n", setKeyword(s.isMap), t.prefix, s.name, setKeyword(s.isMap), t.prefix, s.name, s.decl)
+		case s.dynamic:
+			t.declSet(s)
+		default:
+			t.declSet(s)
+			t.line(secFlush, "flush", setKeyword(s.isMap), t.prefix, s.name)
+		}
+	}
+	for _, s := range p.w.fixedSets() {
+		wantSet(s)
 	}
 	fixedChains := p.w.fixedChains(snap)
 	fixedN := 0
@@ -224,20 +294,19 @@ func (p *Proxier) fullSync(ctx context.Context, snap *proxy.Snapshot) (proxy.Syn
 		t.addElem(e)
 		fixedN++
 	}
-	// flush table goes before the per-set flushes written above.
-	var flush bytes.Buffer
-	flush.WriteString("flush table " + t.prefix + "\n")
-	flush.Write(t.sec[secFlush].Bytes())
-	t.sec[secFlush] = flush
 
 	next := make(map[proxy.ServicePortName]*objects, len(snap.Services))
 	owners := map[string]proxy.ServicePortName{}
+	shared, setUsers := map[string]int{}, map[string]int{}
+	alloc := newBlocks()
 	for _, n := range snap.SortedNames() {
-		o := p.w.service(snap, snap.Services[n])
+		o := p.w.service(snap, snap.Services[n], alloc)
 		claim(owners, n, o, p.log)
 		for _, s := range o.sets {
-			t.declSet(s)
-			wantSets[s.name] = true
+			wantSet(s)
+			if s.shared {
+				setUsers[s.name]++
+			}
 		}
 		for _, c := range o.chains {
 			t.declChain(c)
@@ -245,6 +314,11 @@ func (p *Proxier) fullSync(ctx context.Context, snap *proxy.Snapshot) (proxy.Syn
 			t.rules(c)
 		}
 		for _, e := range o.elements {
+			if e.shared {
+				if shared[e.id()]++; shared[e.id()] > 1 {
+					continue
+				}
+			}
 			t.addElem(e)
 		}
 		next[n] = o
@@ -256,18 +330,20 @@ func (p *Proxier) fullSync(ctx context.Context, snap *proxy.Snapshot) (proxy.Syn
 	}
 	for _, s := range exSets {
 		if !wantSets[s.name] {
-			kw := "set"
-			if s.isMap {
-				kw = "map"
-			}
-			t.line(secDelSet, "delete", kw, t.prefix, s.name)
+			t.line(secDelSet, "delete", setKeyword(s.isMap), t.prefix, s.name)
 		}
 	}
+	// flush table goes before the re-created maps and the set flushes.
+	var flush bytes.Buffer
+	flush.WriteString("flush table " + t.prefix + "\n")
+	flush.Write(recreate.Bytes())
+	flush.Write(t.sec[secFlush].Bytes())
+	t.sec[secFlush] = flush
 	written := t.written
 	if err := p.runner.Apply(ctx, t.bytes()); err != nil {
 		return proxy.SyncResult{}, fmt.Errorf("full sync of nftables %s: %w", p.family, err)
 	}
-	p.services, p.owners, p.fixed, p.synced = next, owners, fixedN, true
+	p.services, p.owners, p.shared, p.setUsers, p.blocks, p.fixed, p.synced = next, owners, shared, setUsers, alloc, fixedN, true
 	return proxy.SyncResult{Written: written, Total: p.total()}, nil
 }
 
@@ -300,9 +376,13 @@ func (p *Proxier) partialSync(ctx context.Context, snap *proxy.Snapshot, changed
 		}
 	}
 	t := newTx(p.w)
+	alloc := p.blocks.clone()
 	next := map[proxy.ServicePortName]*objects{}
 	keepChain, keepSet := map[string]bool{}, map[string]bool{}
-	var dropChains, dropSets []string
+	var dropChains []string
+	dropSets := map[string]setDef{}
+	sharedDelta, sharedElem := map[string]int{}, map[string]element{}
+	setDelta := map[string]int{}
 	for _, n := range sorted {
 		old := p.services[n]
 		if old == nil {
@@ -310,10 +390,15 @@ func (p *Proxier) partialSync(ctx context.Context, snap *proxy.Snapshot, changed
 		}
 		var nw *objects
 		if sp := snap.Services[n]; sp != nil {
-			nw = p.w.service(snap, sp)
+			nw = p.w.service(snap, sp, alloc)
 			claim(owners, n, nw, p.log)
 		} else {
 			nw = &objects{}
+		}
+		for _, c := range old.blocks {
+			if !slices.Contains(nw.blocks, c) {
+				alloc.release(c)
+			}
 		}
 		next[n] = nw
 
@@ -327,8 +412,20 @@ func (p *Proxier) partialSync(ctx context.Context, snap *proxy.Snapshot, changed
 				t.declSet(s)
 			}
 		}
+		for _, s := range nw.sets {
+			if s.shared {
+				setDelta[s.name]++
+			}
+		}
 		for _, s := range old.sets {
-			dropSets = append(dropSets, s.name)
+			if s.shared {
+				setDelta[s.name]--
+				if p.setUsers[s.name]+setDelta[s.name] <= 0 {
+					dropSets[s.name] = s
+				}
+				continue
+			}
+			dropSets[s.name] = s
 		}
 
 		oldChains := map[string]chainDef{}
@@ -360,14 +457,36 @@ func (p *Proxier) partialSync(ctx context.Context, snap *proxy.Snapshot, changed
 			newElems[e.id()] = e
 		}
 		for _, e := range old.elements {
-			if ne, ok := newElems[e.id()]; !ok || ne.value != e.value {
+			if e.shared {
+				sharedDelta[e.id()]--
+				sharedElem[e.id()] = e
+			} else if ne, ok := newElems[e.id()]; !ok || ne.value != e.value {
 				t.delElem(e)
 			}
 		}
 		for _, e := range nw.elements {
-			if oe, ok := oldElems[e.id()]; !ok || oe.value != e.value {
+			if e.shared {
+				sharedDelta[e.id()]++
+				sharedElem[e.id()] = e
+			} else if oe, ok := oldElems[e.id()]; !ok || oe.value != e.value {
 				t.addElem(e)
 			}
+		}
+	}
+	shared := maps.Clone(p.shared)
+	for _, id := range slices.Sorted(maps.Keys(sharedDelta)) {
+		before := shared[id]
+		after := before + sharedDelta[id]
+		switch {
+		case before > 0 && after <= 0:
+			t.delElem(sharedElem[id])
+		case before <= 0 && after > 0:
+			t.addElem(sharedElem[id])
+		}
+		if after > 0 {
+			shared[id] = after
+		} else {
+			delete(shared, id)
 		}
 	}
 	slices.Sort(dropChains)
@@ -377,17 +496,22 @@ func (p *Proxier) partialSync(ctx context.Context, snap *proxy.Snapshot, changed
 			t.line(secDelChain, "delete chain", t.prefix, c)
 		}
 	}
-	slices.Sort(dropSets)
-	for _, s := range slices.Compact(dropSets) {
-		if !keepSet[s] {
-			t.line(secDelSet, "delete set", t.prefix, s)
+	setUsers := maps.Clone(p.setUsers)
+	for name, d := range setDelta {
+		if setUsers[name] += d; setUsers[name] <= 0 {
+			delete(setUsers, name)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(dropSets)) {
+		if !keepSet[name] {
+			t.line(secDelSet, "delete", setKeyword(dropSets[name].isMap), t.prefix, name)
 		}
 	}
 	if t.empty() {
 		return proxy.SyncResult{Total: p.total()}, nil
 	}
 	written := t.written
-	if err := p.runner.Apply(ctx, t.bytes()); err != nil {
+	if err := p.apply(ctx, t); err != nil {
 		p.synced = false
 		return proxy.SyncResult{}, fmt.Errorf("partial sync of nftables %s: %w", p.family, err)
 	}
@@ -398,7 +522,7 @@ func (p *Proxier) partialSync(ctx context.Context, snap *proxy.Snapshot, changed
 			p.services[n] = o
 		}
 	}
-	p.owners = owners
+	p.owners, p.shared, p.setUsers, p.blocks = owners, shared, setUsers, alloc
 	return proxy.SyncResult{Written: written, Total: p.total()}, nil
 }
 
@@ -454,6 +578,9 @@ func (p *Proxier) Cleanup(ctx context.Context) error {
 	p.synced = false
 	p.services = map[proxy.ServicePortName]*objects{}
 	p.owners = map[string]proxy.ServicePortName{}
+	p.shared = map[string]int{}
+	p.setUsers = map[string]int{}
+	p.blocks = newBlocks()
 	err := p.runner.Apply(ctx, []byte("delete table "+p.w.nftFamily()+" "+TableName+"\n"))
 	if err == nil || IsNotFound(err) || errors.Is(err, ErrNotFound) {
 		return nil

@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -448,23 +449,40 @@ func TestPartialSyncIsSmall(t *testing.T) {
 	if _, err := p.Sync(ctx, mkSnap(proxy.IPv4, ports...), full); err != nil {
 		t.Fatal(err)
 	}
+	// Replacing an endpoint changes only elements of data sets: it must
+	// take the element path (no nft CLI, no chain re-validation).
 	changedPort := mkPort("ns", "svc7", "10.96.0.8", 80, proxy.TCP, withEndpoints(8080, "10.244.1.8", "10.244.9.9"))
 	ports[7] = changedPort
+	applies, batches := f.Applies, f.ElementBatches
 	res, err := p.Sync(ctx, mkSnap(proxy.IPv4, ports...), changed(changedPort.Name))
 	if err != nil {
 		t.Fatal(err)
 	}
+	if f.Applies != applies || f.ElementBatches != batches+1 {
+		t.Errorf("endpoint replacement: %d nft scripts, %d element batches; want 0 and 1", f.Applies-applies, f.ElementBatches-batches)
+	}
 	script := string(f.LastScript)
+	blk := p.blocks.byChain[serviceChain(changedPort.Name)]
 	for _, l := range strings.Split(strings.TrimSpace(script), "\n") {
-		if !strings.Contains(l, "/svc7/") {
+		if !strings.Contains(l, "/svc7/") && !strings.Contains(l, "10.244.2.8 . 10.244.2.8") && !strings.Contains(l, "10.244.9.9 . 10.244.9.9") &&
+			!strings.Contains(l, "element ip nodenet-proxy "+endpointsMap(proxy.TCP, blk)+" { "+strconv.Itoa(int(blk<<slotBits)+1)) {
 			t.Errorf("partial sync touched another service: %s", l)
 		}
 	}
-	if !strings.Contains(script, "delete chain") || !strings.Contains(script, "10.244.9.9") {
+	if !strings.Contains(script, " : 10.244.9.9 . 8080 }") {
 		t.Errorf("partial sync script:\n%s", script)
 	}
-	if res.Written > 6 {
+	if res.Written > 2 {
 		t.Errorf("partial sync wrote %d rules/elements:\n%s", res.Written, script)
+	}
+	// A third endpoint changes the rule: that goes through nft.
+	ports[7] = mkPort("ns", "svc7", "10.96.0.8", 80, proxy.TCP, withEndpoints(8080, "10.244.1.8", "10.244.9.9", "10.244.9.10"))
+	applies = f.Applies
+	if _, err := p.Sync(ctx, mkSnap(proxy.IPv4, ports...), changed(ports[7].Name)); err != nil {
+		t.Fatal(err)
+	}
+	if f.Applies != applies+1 || !strings.Contains(string(f.LastScript), "numgen random mod 3 offset ") {
+		t.Errorf("scale-up script:\n%s", f.LastScript)
 	}
 	// Nothing changed: no transaction at all.
 	n := f.Applies
@@ -578,7 +596,7 @@ func TestSyncFailureForcesFullResync(t *testing.T) {
 	}
 	web3 := mkPort("default", "web", "10.96.0.10", 80, proxy.TCP, withEndpoints(8080, "10.244.1.5"))
 	if _, err := p.Sync(ctx, mkSnap(proxy.IPv4, web3), changed()); err != nil {
-		t.Fatalf("recovery sync: %v", err)
+		t.Fatalf("recovery sync: %v\n%s", err, f.LastScript)
 	}
 	if got := summarize(trace(t, f, "ip", packet{src: v4("10.244.0.1"), dst: v4("10.96.0.10"), proto: "tcp", dport: 80})); got != "[ACCEPT dnat=10.244.1.5:8080]" {
 		t.Errorf("after recovery: %s", got)
@@ -605,4 +623,41 @@ func lineDiff(a, b string) string {
 		}
 	}
 	return strings.Join(out, "\n")
+}
+
+// Two services sharing an endpoint share its hairpin element: it stays
+// while either wants it and goes with the last one.
+func TestSharedHairpinElement(t *testing.T) {
+	ctx := context.Background()
+	f := NewFake()
+	p := New(proxy.IPv4, f, nil)
+	a := mkPort("ns", "a", "10.96.0.1", 80, proxy.TCP, withEndpoints(8080, "10.244.1.1"))
+	b := mkPort("ns", "b", "10.96.0.2", 81, proxy.TCP, withEndpoints(8081, "10.244.1.1"))
+	if _, err := p.Sync(ctx, mkSnap(proxy.IPv4, a, b), full); err != nil {
+		t.Fatal(err)
+	}
+	const key = "10.244.1.1 . 10.244.1.1"
+	has := func() bool { _, ok := f.Table("ip", TableName).Elements(setHairpin)[key]; return ok }
+	if !has() {
+		t.Fatalf("hairpin element missing after full sync:\n%s", f.Dump())
+	}
+	if _, err := p.Sync(ctx, mkSnap(proxy.IPv4, b), changed(a.Name)); err != nil {
+		t.Fatal(err)
+	}
+	if !has() {
+		t.Fatalf("hairpin element removed while service b still uses it:\n%s", f.Dump())
+	}
+	if _, err := p.Sync(ctx, mkSnap(proxy.IPv4), changed(b.Name)); err != nil {
+		t.Fatal(err)
+	}
+	if has() {
+		t.Fatalf("hairpin element left after both services went:\n%s", f.Dump())
+	}
+	// And back: a partial sync re-adds it once.
+	if _, err := p.Sync(ctx, mkSnap(proxy.IPv4, a, b), changed(a.Name, b.Name)); err != nil {
+		t.Fatal(err)
+	}
+	if !has() {
+		t.Fatalf("hairpin element not re-added:\n%s", f.Dump())
+	}
 }

@@ -7,35 +7,56 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
+
+	"github.com/nodenet/nodenet/internal/netnsutil"
 )
 
-// Runner talks to nftables. Apply is one atomic transaction (`nft -f -`):
-// all of it takes effect or none of it.
+// Runner talks to nftables. Apply and Elements are each one atomic
+// transaction: all of it takes effect or none of it.
 type Runner interface {
 	// Apply runs script (nft commands, one per line) as one transaction.
 	Apply(ctx context.Context, script []byte) error
+	// Elements adds and deletes elements of data sets and maps of table
+	// (family "ip"/"ip6") as one transaction, in the order given. It is
+	// the fast path for endpoint changes (see netlink.go).
+	Elements(ctx context.Context, family, table string, ops []ElementOp) error
 	// List runs a read-only nft command ("list", "table", "ip", "t") and
 	// returns its output.
 	List(ctx context.Context, args ...string) ([]byte, error)
 }
 
-// ExecRunner runs the nft binary, optionally behind a command prefix (tests
-// use "ip netns exec NAME" to program a throwaway namespace).
+// ExecRunner runs the nft binary for rules and sends element changes over
+// netlink. Netns, when set, is the network namespace to program: a name
+// `ip netns` knows or a path (tests program throwaway namespaces so).
 type ExecRunner struct {
-	Prefix []string
+	Netns string
+}
+
+func (r ExecRunner) netnsPath() string {
+	if r.Netns == "" || strings.HasPrefix(r.Netns, "/") {
+		return r.Netns
+	}
+	return "/var/run/netns/" + r.Netns
 }
 
 // ErrNotFound is returned when the nft binary is missing.
 var ErrNotFound = errors.New("nft binary not found")
 
 func (r ExecRunner) cmd(ctx context.Context, args ...string) (*exec.Cmd, error) {
-	if len(r.Prefix) == 0 {
-		if _, err := exec.LookPath("nft"); err != nil {
-			return nil, fmt.Errorf("run nft: %w", ErrNotFound)
-		}
+	nft, err := exec.LookPath("nft")
+	if err != nil {
+		return nil, fmt.Errorf("run nft: %w", ErrNotFound)
 	}
-	argv := append(append(append([]string{}, r.Prefix...), "nft"), args...)
-	return exec.CommandContext(ctx, argv[0], argv[1:]...), nil
+	return exec.CommandContext(ctx, nft, args...), nil
+}
+
+// run runs c in r's namespace: started from a thread switched into it, nft
+// inherits the namespace without an `ip netns exec` in between.
+func (r ExecRunner) run(c *exec.Cmd) error {
+	if r.Netns == "" {
+		return c.Run()
+	}
+	return netnsutil.Do(r.netnsPath(), c.Run)
 }
 
 // Apply implements Runner.
@@ -47,10 +68,33 @@ func (r ExecRunner) Apply(ctx context.Context, script []byte) error {
 	c.Stdin = bytes.NewReader(script)
 	var stderr bytes.Buffer
 	c.Stderr = &stderr
-	if err := c.Run(); err != nil {
+	if err := r.run(c); err != nil {
 		return &Error{Stderr: strings.TrimSpace(stderr.String()), Err: err}
 	}
 	return nil
+}
+
+// Elements implements Runner over netlink; a batch too big for one
+// netlink send goes through nft instead.
+func (r ExecRunner) Elements(ctx context.Context, family, table string, ops []ElementOp) error {
+	if len(ops) == 0 {
+		return nil
+	}
+	err := sendElementBatch(r.netnsPath(), family, table, ops)
+	if !errors.Is(err, errBatchTooBig) {
+		return err
+	}
+	return r.Apply(ctx, elementScript(family, table, ops))
+}
+
+// elementScript renders ops as nft commands.
+func elementScript(family, table string, ops []ElementOp) []byte {
+	var b bytes.Buffer
+	for _, op := range ops {
+		b.WriteString(op.script(family + " " + table))
+		b.WriteByte('\n')
+	}
+	return b.Bytes()
 }
 
 // List implements Runner.
@@ -61,7 +105,7 @@ func (r ExecRunner) List(ctx context.Context, args ...string) ([]byte, error) {
 	}
 	var stdout, stderr bytes.Buffer
 	c.Stdout, c.Stderr = &stdout, &stderr
-	if err := c.Run(); err != nil {
+	if err := r.run(c); err != nil {
 		return nil, &Error{Stderr: strings.TrimSpace(stderr.String()), Err: err}
 	}
 	return stdout.Bytes(), nil

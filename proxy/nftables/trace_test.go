@@ -197,10 +197,17 @@ func (tr *tracer) eval(w []string, p packet, s tstate, depth int) []tstate {
 		switch {
 		case (tok == ip) && i+2 < len(w) && (w[i+1] == "daddr" || w[i+1] == "saddr") && w[i+2] == ".":
 			key, j := tr.concat(w, i, p)
-			if w[j] != "vmap" {
-				t.Fatalf("trace: concatenation without vmap in %v", w)
+			if w[j] == "vmap" {
+				return tr.vmap(strings.TrimPrefix(w[j+1], "@"), key, p, s, depth)
 			}
-			return tr.vmap(strings.TrimPrefix(w[j+1], "@"), key, p, s, depth)
+			set, ok := strings.CutPrefix(w[j], "@")
+			if !ok {
+				t.Fatalf("trace: concatenation without vmap or set in %v", w)
+			}
+			if _, in := tr.tab.Elements(set)[key]; !in {
+				return []tstate{s}
+			}
+			i = j
 		case tok == "meta" && i+2 < len(w) && w[i+1] == "l4proto" && w[i+2] == ".":
 			key, j := tr.concat(w, i, p)
 			return tr.vmap(strings.TrimPrefix(w[j+1], "@"), key, p, s, depth)
@@ -251,6 +258,11 @@ func (tr *tracer) eval(w []string, p packet, s tstate, depth int) []tstate {
 				return []tstate{s}
 			}
 			i += 3
+		case tok == "ct" && w[i+1] == "status" && w[i+2] == "dnat":
+			if s.dnat == "" {
+				return []tstate{s}
+			}
+			i += 2
 		case tok == "ct":
 			i += 2 // ct state new: tracing first packets
 		case tok == "numgen":
@@ -286,6 +298,28 @@ func (tr *tracer) eval(w []string, p packet, s tstate, depth int) []tstate {
 		case tok == "reject":
 			s.verdict = "reject"
 			return []tstate{s}
+		case tok == "dnat" && i+3 < len(w) && w[i+3] == "numgen":
+			// dnat ip to numgen random mod N [offset B] map @endpoints:
+			// one branch per key B … B+N-1.
+			n := mustAtoi(t, w[i+6])
+			j, base := i+7, 0
+			if w[j] == "offset" {
+				base, j = mustAtoi(t, w[j+1]), j+2
+			}
+			elems := tr.tab.Elements(strings.TrimPrefix(w[j+1], "@"))
+			var out []tstate
+			for slot := base; slot < base+n; slot++ {
+				v, ok := elems[strconv.Itoa(slot)]
+				if !ok {
+					t.Fatalf("trace: %s has no key %d in %v", w[j+1], slot, w)
+				}
+				addr, port, _ := strings.Cut(v, " . ")
+				b := s
+				b.dnat = netip.AddrPortFrom(netip.MustParseAddr(addr), uint16(mustAtoi(t, port))).String()
+				b.verdict = "accept"
+				out = append(out, b)
+			}
+			return out
 		case tok == "dnat":
 			s.dnat = w[i+2]
 			s.verdict = "accept"
@@ -301,14 +335,25 @@ func (tr *tracer) eval(w []string, p packet, s tstate, depth int) []tstate {
 	return []tstate{s}
 }
 
-// concat evaluates "a . b . c" (up to "vmap") into a map key.
+func mustAtoi(t *testing.T, s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatalf("trace: %q is not a number", s)
+	}
+	return n
+}
+
+// concat evaluates "a . b . c" (up to "vmap" or "@set") into a key.
 func (tr *tracer) concat(w []string, i int, p packet) (string, int) {
 	var parts []string
-	for ; i < len(w) && w[i] != "vmap"; i++ {
+	for ; i < len(w) && w[i] != "vmap" && !strings.HasPrefix(w[i], "@"); i++ {
 		switch {
 		case w[i] == ".":
 		case w[i] == tr.tab.Family && w[i+1] == "daddr":
 			parts = append(parts, p.dst.String())
+			i++
+		case w[i] == tr.tab.Family && w[i+1] == "saddr":
+			parts = append(parts, p.src.String())
 			i++
 		case w[i] == "meta" && w[i+1] == "l4proto":
 			parts = append(parts, p.proto)
