@@ -217,12 +217,12 @@ func (p *Proxy) SyncNow(ctx context.Context, forceFull bool) error {
 			clusterCIDRs: familyPrefixes(p.cfg.ClusterCIDRs, f), masqueradeAll: p.cfg.MasqueradeAll,
 			prev: p.desired[f], changes: c, reselectAll: c.nodeChanged,
 		}
-		snap, bad := p.state[f].buildSnapshot(in, p.log)
+		snap, touched, bad := p.state[f].buildSnapshot(in, p.log)
 		p.metrics.countInvalid(bad)
 		p.desired[f] = snap
 		p.nodePorts[f] = nps
 
-		cs := ChangeSet{Full: full, Services: make(map[types.NamespacedName]struct{}, len(c.services))}
+		cs := ChangeSet{Full: full, Services: make(map[types.NamespacedName]struct{}, len(c.services)), Ports: touched}
 		for n := range c.services {
 			cs.Services[n] = struct{}{}
 		}

@@ -125,6 +125,9 @@ func TestChangeTrackingAndChangeSets(t *testing.T) {
 	if cs.Full || len(cs.Services) != 1 || !cs.Has(web.NamespacedName) || cs.Has(db.NamespacedName) {
 		t.Errorf("change set = %+v", cs)
 	}
+	if _, ok := cs.Ports[web]; !ok || len(cs.Ports) != 1 {
+		t.Errorf("change set ports = %v, want just %v", cs.Ports, web)
+	}
 	if snap2.Services[db] != dbBefore {
 		t.Error("unchanged service was rebuilt")
 	}
@@ -143,6 +146,9 @@ func TestChangeTrackingAndChangeSets(t *testing.T) {
 	snap3, cs := rp.last()
 	if !cs.Has(db.NamespacedName) || snap3.Services[db] != nil {
 		t.Errorf("delete: change set %+v, snapshot has db: %v", cs, snap3.Services[db] != nil)
+	}
+	if _, ok := cs.Ports[db]; !ok {
+		t.Errorf("delete: change set ports %v lack the deleted %v", cs.Ports, db)
 	}
 
 	// Informer resync with the same resourceVersion is not a change.

@@ -53,8 +53,9 @@ type buildInput struct {
 }
 
 // buildSnapshot folds changes into the previous snapshot. It returns the new
-// snapshot and the invalid-input errors it skipped.
-func (st *familyState) buildSnapshot(in buildInput, log *slog.Logger) (*Snapshot, []error) {
+// snapshot, the service ports the changes touched (before and after) and
+// the invalid-input errors it skipped.
+func (st *familyState) buildSnapshot(in buildInput, log *slog.Logger) (*Snapshot, map[ServicePortName]struct{}, []error) {
 	snap := &Snapshot{
 		Family:        in.family,
 		Node:          in.node,
@@ -68,9 +69,11 @@ func (st *familyState) buildSnapshot(in buildInput, log *slog.Logger) (*Snapshot
 		snap.Services = map[ServicePortName]*ServicePort{}
 	}
 	var errs []error
+	touched := map[ServicePortName]struct{}{}
 	for n, pc := range in.changes.services {
 		for _, old := range st.byService[n] {
 			delete(snap.Services, old.Name)
+			touched[old.Name] = struct{}{}
 		}
 		delete(st.byService, n)
 		if pc.svc == nil {
@@ -87,6 +90,7 @@ func (st *familyState) buildSnapshot(in buildInput, log *slog.Logger) (*Snapshot
 			}
 			sp.Selected = SelectEndpoints(sp, in.node)
 			snap.Services[sp.Name] = sp
+			touched[sp.Name] = struct{}{}
 			kept = append(kept, sp)
 		}
 		if len(kept) > 0 {
@@ -105,13 +109,14 @@ func (st *familyState) buildSnapshot(in buildInput, log *slog.Logger) (*Snapshot
 				cp.Selected = SelectEndpoints(&cp, in.node)
 				sps[i] = &cp
 				snap.Services[cp.Name] = &cp
+				touched[cp.Name] = struct{}{}
 			}
 		}
 	}
 	for _, err := range errs {
 		log.Warn("skipping input the proxy cannot program", "family", in.family, "err", err)
 	}
-	return snap, errs
+	return snap, touched, errs
 }
 
 // changedNames lists the services of a change set in a stable order (logs).

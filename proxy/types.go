@@ -251,6 +251,10 @@ type ChangeSet struct {
 	// changed). A service in this set that is absent from the snapshot was
 	// deleted. Only meaningful when !Full.
 	Services map[types.NamespacedName]struct{}
+	// Ports, when not nil, are the service ports of those services, as
+	// they were and as they are: everything a partial sync must look at,
+	// without scanning the whole snapshot.
+	Ports map[ServicePortName]struct{}
 }
 
 // Has reports whether the service must be rewritten in this sync.
