@@ -36,7 +36,7 @@ type Proxier struct {
 	setUsers map[string]int
 	blocks   *blocks
 	rules    int // rules and elements of all services (metrics)
-	fixed  int
+	fixed    int
 }
 
 // New returns a Proxier programming table TableName of family through
