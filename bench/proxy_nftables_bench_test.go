@@ -24,7 +24,8 @@ import (
 // topology, flags and feeding as BenchmarkProxyIPTables, so the figures
 // compare). Reports: full sync (cold) and restart sync, Go heap in use and
 // peak RSS of the proxy process and of the largest nft child, one
-// EndpointSlice change → nft transaction committed (p50/p99), the cost of a
+// EndpointSlice change → committed to the kernel (p50/p99; replacing an
+// endpoint, and separately adding one), the cost of a
 // bare nft invocation in the namespace (the CLI's floor), and TCP connect
 // latency through a random ClusterIP (p50/p99).
 func BenchmarkProxyNFTables(b *testing.B) {
@@ -119,6 +120,20 @@ func runProxyNFTablesBench(b *testing.B, n int) {
 		changes = append(changes, time.Since(start))
 	}
 
+	// A change in the endpoint count rewrites the service's rule (nft CLI,
+	// chain re-validation): measured separately, one scale-up at a time.
+	var scales []time.Duration
+	for k := range *flagProxyChanges / 2 {
+		i := rng.IntN(n)
+		sl := benchSlice(i, strconv.Itoa(*flagProxyChanges+k+2), addrN(benchEPBase, 2*i+1), addrN(benchEPBase, 2*i+2), addrN(benchEPBase, 2*n+*flagProxyChanges+k+1))
+		start := time.Now()
+		p.Tracker().SetEndpointSlice(sl)
+		if err := p.SyncNow(ctx, false); err != nil {
+			b.Fatalf("partial sync (scale): %v", err)
+		}
+		scales = append(scales, time.Since(start))
+	}
+
 	// First-packet latency: new TCP connections to random ClusterIPs.
 	var connects []time.Duration
 	failures := 0
@@ -143,7 +158,7 @@ func runProxyNFTablesBench(b *testing.B, n int) {
 	if failures > 0 {
 		b.Errorf("%d of %d connects through ClusterIPs failed", failures, *flagProxyConnects)
 	}
-	ch, co, fl := Summarize(changes), Summarize(connects), Summarize(floor)
+	ch, sc, co, fl := Summarize(changes), Summarize(scales), Summarize(connects), Summarize(floor)
 	b.ReportMetric(fullSync.Seconds(), "full-sync-s")
 	b.ReportMetric(restartSync.Seconds(), "restart-sync-s")
 	b.ReportMetric(heap, "heap-MiB")
@@ -152,9 +167,11 @@ func runProxyNFTablesBench(b *testing.B, n int) {
 	b.ReportMetric(rules, "rules")
 	b.ReportMetric(Ms(ch.P50), "change-p50-ms")
 	b.ReportMetric(Ms(ch.P99), "change-p99-ms")
+	b.ReportMetric(Ms(sc.P50), "scale-p50-ms")
+	b.ReportMetric(Ms(sc.P99), "scale-p99-ms")
 	b.ReportMetric(Ms(fl.P50), "nft-floor-p50-ms")
 	b.ReportMetric(Ms(co.P50), "connect-p50-ms")
 	b.ReportMetric(Ms(co.P99), "connect-p99-ms")
-	b.Logf("%d services (nftables): full sync %v, restart sync %v, heap %.1f MiB, peak RSS %.1f MiB (nft child %.1f MiB), %v rules+elements; change→kernel %v; bare nft %v; connect %v",
-		n, fullSync.Round(time.Millisecond), restartSync.Round(time.Millisecond), heap, peakRSS, nftRSS, rules, ch, fl, co)
+	b.Logf("%d services (nftables): full sync %v, restart sync %v, heap %.1f MiB, peak RSS %.1f MiB (nft child %.1f MiB), %v rules+elements; change→kernel %v; endpoint count change→kernel %v; bare nft %v; connect %v",
+		n, fullSync.Round(time.Millisecond), restartSync.Round(time.Millisecond), heap, peakRSS, nftRSS, rules, ch, sc, fl, co)
 }

@@ -15,7 +15,7 @@ import (
 type contractStep struct {
 	name     string
 	script   string                           // raw nft input, or
-	elements []ElementOp                      // an element batch, or
+	elements []Op                             // an element batch, or
 	sync     func(p *Proxier, r Runner) error // a data-plane action
 	wantErr  string                           // errno message the step must fail with
 }
@@ -59,11 +59,11 @@ func contractSteps(fam proxy.Family) []contractStep {
 	return []contractStep{
 		{name: "full sync", sync: sync(full, svcs...)},
 		{name: "partial: endpoint replaced (element path)", sync: sync(changed(webNew.Name), append([]*proxy.ServicePort{&webNew}, svcs[1:]...)...)},
-		{name: "element path: deleting a missing element", elements: []ElementOp{{Delete: true, Set: setHairpin, Layout: hairpin, Key: key4or6(fam, "192.0.2.99") + " . " + key4or6(fam, "192.0.2.99")}}, wantErr: msgNoEnt},
-		{name: "element path: adding to a missing set", elements: []ElementOp{{Set: "nope", Layout: hairpin, Key: key4or6(fam, "192.0.2.99") + " . " + key4or6(fam, "192.0.2.99")}}, wantErr: msgNoEnt},
-		{name: "element path: one bad element aborts the batch", elements: []ElementOp{
+		{name: "element path: deleting a missing element", elements: []Op{{Kind: OpDeleteElement, Set: setHairpin, Layout: hairpin, Key: key4or6(fam, "192.0.2.99") + " . " + key4or6(fam, "192.0.2.99")}}, wantErr: msgNoEnt},
+		{name: "element path: adding to a missing set", elements: []Op{{Set: "nope", Layout: hairpin, Key: key4or6(fam, "192.0.2.99") + " . " + key4or6(fam, "192.0.2.99")}}, wantErr: msgNoEnt},
+		{name: "element path: one bad element aborts the batch", elements: []Op{
 			{Set: setHairpin, Layout: hairpin, Key: key4or6(fam, "192.0.2.98") + " . " + key4or6(fam, "192.0.2.98")},
-			{Delete: true, Set: setHairpin, Layout: hairpin, Key: key4or6(fam, "192.0.2.99") + " . " + key4or6(fam, "192.0.2.99")}}, wantErr: msgNoEnt},
+			{Kind: OpDeleteElement, Set: setHairpin, Layout: hairpin, Key: key4or6(fam, "192.0.2.99") + " . " + key4or6(fam, "192.0.2.99")}}, wantErr: msgNoEnt},
 		{name: "partial: endpoint removed", sync: sync(changed(web2.Name), append([]*proxy.ServicePort{&web2}, svcs[1:]...)...)},
 		{name: "partial: services deleted", sync: sync(changed(svcs[2].Name, svcs[3].Name), append([]*proxy.ServicePort{&web2}, svcs[4:]...)...)},
 		{name: "partial: services back, affinity timeout changed", sync: sync(changed(svcs[0].Name, svcs[2].Name, svcs[3].Name, sticky2.Name),
@@ -103,7 +103,7 @@ func runContract(t *testing.T, fam proxy.Family, r Runner) []string {
 		case st.sync != nil:
 			err = st.sync(p, r)
 		case st.elements != nil:
-			err = r.Elements(context.Background(), famName(fam), TableName, st.elements)
+			err = r.Batch(context.Background(), famName(fam), TableName, st.elements)
 		default:
 			err = r.Apply(context.Background(), []byte(st.script))
 		}

@@ -26,24 +26,43 @@ type Layout struct {
 	Key, Value []Field
 }
 
-// ElementOp adds or deletes one element, written in nft syntax
-// ("10.0.0.1 . 80").
-type ElementOp struct {
-	Delete bool
+// OpKind is what an Op does.
+type OpKind uint8
+
+const (
+	OpAddElement OpKind = iota
+	OpDeleteElement
+	OpFlushChain // delete every rule of Chain
+	OpAddRule    // append Rule to Chain
+)
+
+// Op is one step of a transaction the Runner may send without the nft
+// CLI: element changes of data sets, and rewriting the rules of existing
+// chains. Keys, values and rules are written in nft syntax ("10.0.0.1 .
+// 80").
+type Op struct {
+	Kind   OpKind
 	Set    string
 	Layout Layout
 	Key    string
 	Value  string // "" for plain sets
+	Chain  string
+	Rule   string
 }
 
 // script renders op as one nft command on table ("ip nodenet-proxy").
-func (op ElementOp) script(table string) string {
+func (op Op) script(table string) string {
+	switch op.Kind {
+	case OpDeleteElement:
+		return "delete element " + table + " " + op.Set + " { " + op.Key + " }"
+	case OpFlushChain:
+		return "flush chain " + table + " " + op.Chain
+	case OpAddRule:
+		return "add rule " + table + " " + op.Chain + " " + op.Rule
+	}
 	item := op.Key
 	if op.Value != "" {
 		item += " : " + op.Value
-	}
-	if op.Delete {
-		return "delete element " + table + " " + op.Set + " { " + op.Key + " }"
 	}
 	return "add element " + table + " " + op.Set + " { " + item + " }"
 }

@@ -27,9 +27,9 @@ type Fake struct {
 	tables map[string]*FakeTable // "ip nodenet-proxy"
 	order  []string
 
-	Applies        int // Apply calls, successful or not
-	ElementBatches int // Elements calls, successful or not
-	LastScript     []byte
+	Applies    int // Apply calls, successful or not
+	Batches    int // Batch calls, successful or not
+	LastScript []byte
 }
 
 // FakeTable is one table of a Fake.
@@ -94,22 +94,17 @@ func (f *Fake) Apply(_ context.Context, script []byte) error {
 	return f.apply(script)
 }
 
-// Elements implements Runner: the same transaction as the equivalent nft
-// script, after checking that every key and value encodes for the kernel.
-func (f *Fake) Elements(_ context.Context, family, table string, ops []ElementOp) error {
+// Batch implements Runner: the same transaction as the equivalent nft
+// script, after checking that every op encodes for the kernel (a rule the
+// encoder does not know is fine: ExecRunner sends such a batch to nft).
+func (f *Fake) Batch(_ context.Context, family, table string, ops []Op) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.ElementBatches++
-	for _, op := range ops {
-		_, err := encodeFields(op.Key, op.Layout.Key)
-		if err == nil && !op.Delete && len(op.Layout.Value) > 0 {
-			_, err = encodeFields(op.Value, op.Layout.Value)
-		}
-		if err != nil {
-			return &Error{Stderr: "Error: Could not process rule: " + msgInvalArg + "\n" + op.script(family+" "+table) + ": " + err.Error(), Err: errFake}
-		}
+	f.Batches++
+	if _, _, err := encodeBatch(family, table, ops, 1); err != nil && !errors.Is(err, errNotEncodable) && !errors.Is(err, errBatchTooBig) {
+		return &Error{Stderr: "Error: Could not process rule: " + msgInvalArg + "\n" + err.Error(), Err: errFake}
 	}
-	return f.apply(elementScript(family, table, ops))
+	return f.apply(opsScript(family, table, ops))
 }
 
 func (f *Fake) apply(script []byte) error {

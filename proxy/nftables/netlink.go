@@ -14,13 +14,15 @@ import (
 	"github.com/nodenet/nodenet/internal/netnsutil"
 )
 
-// Element transactions go straight to nf_tables over netlink. The nft CLI
+// Small transactions go straight to nf_tables over netlink. The nft CLI
 // reads the whole table (every chain, set and element) into its cache
-// before each transaction — 30–50 ms at 10,000 services — while an element
-// batch over netlink costs well under a millisecond whatever the table
-// size. Only elements of data maps and sets go this way: a verdict element
-// makes the kernel re-validate every chain at commit, which is the other
-// cost this path exists to avoid.
+// before each transaction — 30–50 ms at 10,000 services — and its exit
+// (closing its netlink socket) holds up the next commit for 10-15 ms,
+// while an element batch over netlink costs well under a millisecond
+// whatever the table size. What goes this way: elements of data maps and
+// sets (a verdict element would make the kernel re-validate every chain at
+// commit), and rewriting the rules of an existing chain when ruleenc.go
+// can compile them.
 
 // nfnetlink and nf_tables constants (linux/netfilter/nfnetlink.h,
 // linux/netfilter/nf_tables.h).
@@ -28,6 +30,8 @@ const (
 	nfnlSubsysNFTables = 10
 	nfnlMsgBatchBegin  = unix.NLMSG_MIN_TYPE
 	nfnlMsgBatchEnd    = unix.NLMSG_MIN_TYPE + 1
+	nftMsgNewRule      = 6
+	nftMsgDelRule      = 8
 	nftMsgNewSetElem   = 12
 	nftMsgDelSetElem   = 14
 
@@ -107,10 +111,10 @@ func (n *nlBuf) endNest(off int) {
 
 func cstring(s string) []byte { return append([]byte(s), 0) }
 
-// encodeElementBatch renders ops as one nf_tables transaction: begin, one
-// NEWSETELEM/DELSETELEM message per element (all acknowledged), end. It
-// returns the batch and the number of acknowledgements to wait for.
-func encodeElementBatch(family, table string, ops []ElementOp, seq uint32) ([]byte, int, error) {
+// encodeBatch renders ops as one nf_tables transaction: begin, one
+// acknowledged message per op, end. It returns the batch and the number of
+// acknowledgements to wait for.
+func encodeBatch(family, table string, ops []Op, seq uint32) ([]byte, int, error) {
 	fam, err := nfproto(family)
 	if err != nil {
 		return nil, 0, err
@@ -118,36 +122,9 @@ func encodeElementBatch(family, table string, ops []ElementOp, seq uint32) ([]by
 	var n nlBuf
 	n.end(n.msg(nfnlMsgBatchBegin, unix.NLM_F_REQUEST, seq, unix.AF_UNSPEC, nfnlSubsysNFTables))
 	for i, op := range ops {
-		key, err := encodeFields(op.Key, op.Layout.Key)
-		if err != nil {
-			return nil, 0, fmt.Errorf("element of %s: key %w", op.Set, err)
+		if err := encodeOp(&n, fam, family, table, op, seq+1+uint32(i)); err != nil {
+			return nil, 0, err
 		}
-		var val []byte
-		if !op.Delete && len(op.Layout.Value) > 0 {
-			if val, err = encodeFields(op.Value, op.Layout.Value); err != nil {
-				return nil, 0, fmt.Errorf("element of %s: value %w", op.Set, err)
-			}
-		}
-		typ, flags := uint16(nftMsgNewSetElem), uint16(unix.NLM_F_REQUEST|unix.NLM_F_ACK|unix.NLM_F_CREATE)
-		if op.Delete {
-			typ, flags = nftMsgDelSetElem, unix.NLM_F_REQUEST|unix.NLM_F_ACK
-		}
-		m := n.msg(nfnlSubsysNFTables<<8|typ, flags, seq+1+uint32(i), fam, 0)
-		n.attr(nftaSetElemListTable, cstring(table))
-		n.attr(nftaSetElemListSet, cstring(op.Set))
-		list := n.nest(nftaSetElemListElements)
-		el := n.nest(nftaListElem)
-		k := n.nest(nftaSetElemKey)
-		n.attr(nftaDataValue, key)
-		n.endNest(k)
-		if val != nil {
-			d := n.nest(nftaSetElemData)
-			n.attr(nftaDataValue, val)
-			n.endNest(d)
-		}
-		n.endNest(el)
-		n.endNest(list)
-		n.end(m)
 		if len(n.b) > maxBatchBytes {
 			return nil, 0, errBatchTooBig
 		}
@@ -156,10 +133,62 @@ func encodeElementBatch(family, table string, ops []ElementOp, seq uint32) ([]by
 	return n.b, len(ops), nil
 }
 
-// sendElementBatch runs ops as one transaction in the network namespace at
+func encodeOp(n *nlBuf, fam uint8, family, table string, op Op, seq uint32) error {
+	const ack = unix.NLM_F_REQUEST | unix.NLM_F_ACK
+	switch op.Kind {
+	case OpFlushChain:
+		m := n.msg(nfnlSubsysNFTables<<8|nftMsgDelRule, ack, seq, fam, 0)
+		n.attr(nftaRuleTable, cstring(table))
+		n.attr(nftaRuleChain, cstring(op.Chain))
+		n.end(m)
+		return nil
+	case OpAddRule:
+		m := n.msg(nfnlSubsysNFTables<<8|nftMsgNewRule, ack|unix.NLM_F_CREATE|unix.NLM_F_APPEND, seq, fam, 0)
+		n.attr(nftaRuleTable, cstring(table))
+		n.attr(nftaRuleChain, cstring(op.Chain))
+		if err := encodeRule(n, family, op.Rule); err != nil {
+			return fmt.Errorf("%s: %w", op.script(family+" "+table), err)
+		}
+		n.end(m)
+		return nil
+	}
+	key, err := encodeFields(op.Key, op.Layout.Key)
+	if err != nil {
+		return fmt.Errorf("element of %s: key %w", op.Set, err)
+	}
+	var val []byte
+	if op.Kind == OpAddElement && len(op.Layout.Value) > 0 {
+		if val, err = encodeFields(op.Value, op.Layout.Value); err != nil {
+			return fmt.Errorf("element of %s: value %w", op.Set, err)
+		}
+	}
+	typ, flags := uint16(nftMsgNewSetElem), uint16(ack|unix.NLM_F_CREATE)
+	if op.Kind == OpDeleteElement {
+		typ, flags = nftMsgDelSetElem, ack
+	}
+	m := n.msg(nfnlSubsysNFTables<<8|typ, flags, seq, fam, 0)
+	n.attr(nftaSetElemListTable, cstring(table))
+	n.attr(nftaSetElemListSet, cstring(op.Set))
+	list := n.nest(nftaSetElemListElements)
+	el := n.nest(nftaListElem)
+	k := n.nest(nftaSetElemKey)
+	n.attr(nftaDataValue, key)
+	n.endNest(k)
+	if val != nil {
+		d := n.nest(nftaSetElemData)
+		n.attr(nftaDataValue, val)
+		n.endNest(d)
+	}
+	n.endNest(el)
+	n.endNest(list)
+	n.end(m)
+	return nil
+}
+
+// sendBatch runs ops as one transaction in the network namespace at
 // netnsPath ("" = this one). A failed element aborts the whole batch; the
 // error names the element and carries the kernel's errno.
-func sendElementBatch(netnsPath, family, table string, ops []ElementOp) error {
+func sendBatch(netnsPath, family, table string, ops []Op) error {
 	return socketFor(netnsPath).transact(family, table, ops)
 }
 
@@ -242,12 +271,12 @@ func (s *nlSocket) closeIfIdle() {
 	}
 }
 
-func (s *nlSocket) transact(family, table string, ops []ElementOp) error {
+func (s *nlSocket) transact(family, table string, ops []Op) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	seq := s.seq
 	s.seq += uint32(len(ops)) + 2
-	batch, acks, err := encodeElementBatch(family, table, ops, seq)
+	batch, acks, err := encodeBatch(family, table, ops, seq)
 	if err != nil {
 		return err
 	}
@@ -276,7 +305,7 @@ func (s *nlSocket) transact(family, table string, ops []ElementOp) error {
 
 // readAcks waits for one acknowledgement per element message; the first
 // error wins (the kernel has then aborted the whole transaction).
-func readAcks(fd int, seq uint32, table string, ops []ElementOp, want int) error {
+func readAcks(fd int, seq uint32, table string, ops []Op, want int) error {
 	buf := make([]byte, 64<<10)
 	for got := 0; got < want; {
 		n, _, err := unix.Recvfrom(fd, buf, 0)

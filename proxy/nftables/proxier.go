@@ -76,6 +76,9 @@ type tx struct {
 	sec     [numSections]bytes.Buffer
 	adds    []element // elements to add, in order
 	dels    []element // elements to delete, in order
+	flushed []string  // existing chains flushed
+	added   []Op      // rules added, in order
+	cliOnly bool      // has a command only the nft CLI path sends
 	written int
 }
 
@@ -83,7 +86,13 @@ func newTx(w writer) *tx {
 	return &tx{family: w.nftFamily(), prefix: w.nftFamily() + " " + TableName}
 }
 
+// line writes a command only the CLI path carries.
 func (t *tx) line(sec int, parts ...string) {
+	t.cliOnly = true
+	t.write(sec, parts...)
+}
+
+func (t *tx) write(sec int, parts ...string) {
 	b := &t.sec[sec]
 	for i, s := range parts {
 		if i > 0 {
@@ -115,9 +124,16 @@ func (t *tx) declChain(c chainDef) {
 
 func (t *tx) rules(c chainDef) {
 	for _, r := range c.rules {
-		t.line(secRules, "add rule", t.prefix, c.name, r)
+		t.write(secRules, "add rule", t.prefix, c.name, r)
+		t.added = append(t.added, Op{Kind: OpAddRule, Chain: c.name, Rule: r})
 	}
 	t.written += len(c.rules)
+}
+
+// flushChain empties an existing chain.
+func (t *tx) flushChain(name string) {
+	t.write(secFlush, "flush chain", t.prefix, name)
+	t.flushed = append(t.flushed, name)
 }
 
 func (t *tx) addElem(e element) {
@@ -128,35 +144,48 @@ func (t *tx) addElem(e element) {
 func (t *tx) delElem(e element) { t.dels = append(t.dels, e) }
 
 func (t *tx) empty() bool {
-	return t.onlyElements() && len(t.adds) == 0 && len(t.dels) == 0
-}
-
-// onlyElements reports whether the transaction changes nothing but
-// elements.
-func (t *tx) onlyElements() bool {
 	for i := range t.sec {
 		if t.sec[i].Len() > 0 {
 			return false
 		}
 	}
-	return true
+	return len(t.adds) == 0 && len(t.dels) == 0
 }
 
-// elementOps returns the transaction as element operations (deletions
-// first) if it is made of data-set elements only: those can skip the CLI.
-func (t *tx) elementOps(w writer) ([]ElementOp, bool) {
-	if !t.onlyElements() {
+// batchOps returns the transaction as Ops if the runner may send it
+// without the CLI: only data-set elements and rewritten rules of existing
+// chains that ruleenc.go compiles (an endpoint replaced, or the endpoint
+// count changed). The order is the sections': flushes, element deletions,
+// rules, element additions.
+func (t *tx) batchOps(w writer) ([]Op, bool) {
+	if t.cliOnly {
 		return nil, false
 	}
-	ops := make([]ElementOp, 0, len(t.dels)+len(t.adds))
-	for i, list := range [][]element{t.dels, t.adds} {
+	ops := make([]Op, 0, len(t.flushed)+len(t.dels)+len(t.added)+len(t.adds))
+	for _, c := range t.flushed {
+		ops = append(ops, Op{Kind: OpFlushChain, Chain: c})
+	}
+	elems := func(kind OpKind, list []element) bool {
 		for _, e := range list {
 			l, ok := w.layout(e.set)
 			if !ok {
-				return nil, false
+				return false
 			}
-			ops = append(ops, ElementOp{Delete: i == 0, Set: e.set, Layout: l, Key: e.key, Value: e.value})
+			ops = append(ops, Op{Kind: kind, Set: e.set, Layout: l, Key: e.key, Value: e.value})
 		}
+		return true
+	}
+	if !elems(OpDeleteElement, t.dels) {
+		return nil, false
+	}
+	for _, r := range t.added {
+		if !ruleEncodable(t.family, r.Rule) {
+			return nil, false
+		}
+		ops = append(ops, r)
+	}
+	if !elems(OpAddElement, t.adds) {
+		return nil, false
 	}
 	return ops, true
 }
@@ -198,11 +227,11 @@ func (t *tx) bytes() []byte {
 	return out.Bytes()
 }
 
-// apply commits t: element-only transactions over the runner's element
-// path, everything else as one nft script.
+// apply commits t: through the runner's batch path when it can (see
+// batchOps), everything else as one nft script.
 func (p *Proxier) apply(ctx context.Context, t *tx) error {
-	if ops, ok := t.elementOps(p.w); ok {
-		return p.runner.Elements(ctx, t.family, TableName, ops)
+	if ops, ok := t.batchOps(p.w); ok {
+		return p.runner.Batch(ctx, t.family, TableName, ops)
 	}
 	return p.runner.Apply(ctx, t.bytes())
 }
@@ -431,7 +460,7 @@ func (p *Proxier) partialSync(ctx context.Context, snap *proxy.Snapshot, changed
 				t.declChain(c)
 				t.rules(c)
 			case !slices.Equal(oc.rules, c.rules):
-				t.line(secFlush, "flush chain", t.prefix, c.name)
+				t.flushChain(c.name)
 				t.rules(c)
 			}
 		}

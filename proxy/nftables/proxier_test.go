@@ -453,13 +453,13 @@ func TestPartialSyncIsSmall(t *testing.T) {
 	// take the element path (no nft CLI, no chain re-validation).
 	changedPort := mkPort("ns", "svc7", "10.96.0.8", 80, proxy.TCP, withEndpoints(8080, "10.244.1.8", "10.244.9.9"))
 	ports[7] = changedPort
-	applies, batches := f.Applies, f.ElementBatches
+	applies, batches := f.Applies, f.Batches
 	res, err := p.Sync(ctx, mkSnap(proxy.IPv4, ports...), changed(changedPort.Name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.Applies != applies || f.ElementBatches != batches+1 {
-		t.Errorf("endpoint replacement: %d nft scripts, %d element batches; want 0 and 1", f.Applies-applies, f.ElementBatches-batches)
+	if f.Applies != applies || f.Batches != batches+1 {
+		t.Errorf("endpoint replacement: %d nft scripts, %d batches; want 0 and 1", f.Applies-applies, f.Batches-batches)
 	}
 	script := string(f.LastScript)
 	blk := p.blocks.byChain[serviceChain(changedPort.Name)]
@@ -475,14 +475,23 @@ func TestPartialSyncIsSmall(t *testing.T) {
 	if res.Written > 2 {
 		t.Errorf("partial sync wrote %d rules/elements:\n%s", res.Written, script)
 	}
-	// A third endpoint changes the rule: that goes through nft.
+	// A third endpoint rewrites the service chain's rules: still a batch.
 	ports[7] = mkPort("ns", "svc7", "10.96.0.8", 80, proxy.TCP, withEndpoints(8080, "10.244.1.8", "10.244.9.9", "10.244.9.10"))
-	applies = f.Applies
+	applies, batches = f.Applies, f.Batches
 	if _, err := p.Sync(ctx, mkSnap(proxy.IPv4, ports...), changed(ports[7].Name)); err != nil {
 		t.Fatal(err)
 	}
-	if f.Applies != applies+1 || !strings.Contains(string(f.LastScript), "numgen random mod 3 offset ") {
-		t.Errorf("scale-up script:\n%s", f.LastScript)
+	if f.Applies != applies || f.Batches != batches+1 || !strings.Contains(string(f.LastScript), "numgen random mod 3 offset ") {
+		t.Errorf("scale-up: %d scripts, %d batches:\n%s", f.Applies-applies, f.Batches-batches, f.LastScript)
+	}
+	// A new service needs chains: that goes through nft.
+	ports = append(ports, mkPort("ns", "new", "10.96.1.1", 80, proxy.TCP, withEndpoints(8080, "10.244.7.7")))
+	applies = f.Applies
+	if _, err := p.Sync(ctx, mkSnap(proxy.IPv4, ports...), changed(ports[len(ports)-1].Name)); err != nil {
+		t.Fatal(err)
+	}
+	if f.Applies != applies+1 {
+		t.Errorf("new service did not go through nft:\n%s", f.LastScript)
 	}
 	// Nothing changed: no transaction at all.
 	n := f.Applies

@@ -16,10 +16,10 @@ import (
 type Runner interface {
 	// Apply runs script (nft commands, one per line) as one transaction.
 	Apply(ctx context.Context, script []byte) error
-	// Elements adds and deletes elements of data sets and maps of table
-	// (family "ip"/"ip6") as one transaction, in the order given. It is
-	// the fast path for endpoint changes (see netlink.go).
-	Elements(ctx context.Context, family, table string, ops []ElementOp) error
+	// Batch runs ops on table (family "ip"/"ip6") as one transaction, in
+	// the order given. It is the fast path for endpoint changes (see
+	// netlink.go).
+	Batch(ctx context.Context, family, table string, ops []Op) error
 	// List runs a read-only nft command ("list", "table", "ip", "t") and
 	// returns its output.
 	List(ctx context.Context, args ...string) ([]byte, error)
@@ -74,21 +74,21 @@ func (r ExecRunner) Apply(ctx context.Context, script []byte) error {
 	return nil
 }
 
-// Elements implements Runner over netlink; a batch too big for one
-// netlink send goes through nft instead.
-func (r ExecRunner) Elements(ctx context.Context, family, table string, ops []ElementOp) error {
+// Batch implements Runner over netlink; a batch too big for one netlink
+// send, or with a rule the encoder does not know, goes through nft instead.
+func (r ExecRunner) Batch(ctx context.Context, family, table string, ops []Op) error {
 	if len(ops) == 0 {
 		return nil
 	}
-	err := sendElementBatch(r.netnsPath(), family, table, ops)
-	if !errors.Is(err, errBatchTooBig) {
+	err := sendBatch(r.netnsPath(), family, table, ops)
+	if !errors.Is(err, errBatchTooBig) && !errors.Is(err, errNotEncodable) {
 		return err
 	}
-	return r.Apply(ctx, elementScript(family, table, ops))
+	return r.Apply(ctx, opsScript(family, table, ops))
 }
 
-// elementScript renders ops as nft commands.
-func elementScript(family, table string, ops []ElementOp) []byte {
+// opsScript renders ops as nft commands.
+func opsScript(family, table string, ops []Op) []byte {
 	var b bytes.Buffer
 	for _, op := range ops {
 		b.WriteString(op.script(family + " " + table))
