@@ -1,9 +1,10 @@
 // Package nftables is nodenet's nftables data plane: it implements
 // proxy.DataPlane with one table per family (`ip nodenet-proxy`,
-// `ip6 nodenet-proxy`). Rules and chains are written through the nft CLI
-// (`nft -f -`, one transaction per sync); element-only changes go straight
-// to nf_tables over a long-lived netlink socket (netlink.go). Runner
-// abstracts both; ExecRunner's Netns places them in a test namespace.
+// `ip6 nodenet-proxy`). Syncs are written through the nft CLI (`nft -f -`,
+// one transaction per sync), except endpoint changes: element changes and
+// rewritten service/local chain rules go straight to nf_tables over a
+// long-lived netlink socket (netlink.go, ruleenc.go). Runner abstracts
+// both; ExecRunner's Netns places them in a test namespace.
 //
 // Chains are fixed; what changes lives in maps:
 //
@@ -33,7 +34,8 @@
 // chain's block of keys (blocks), S its shard. Replacing an endpoint is
 // therefore a pure element change: no chain is re-validated by the kernel
 // and the nft CLI, which reads the whole table before every transaction,
-// is not involved. Services with ClientIP affinity (or more endpoints than
+// is not involved. A change in the endpoint count rewrites that one rule,
+// still over netlink (the kernel then re-validates the chains). Services with ClientIP affinity (or more endpoints than
 // a block holds) keep one endpoint-* chain per endpoint and one dynamic
 // affinity-* set per endpoint, chosen by `numgen random mod K 0 goto …`
 // rules (an anonymous `numgen … vmap { … }` would make the kernel name one
