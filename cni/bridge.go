@@ -3,12 +3,9 @@ package cni
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"slices"
 
-	"github.com/containernetworking/plugins/pkg/utils/sysctl"
-	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/nodenet/nodenet/ipam/hostlocal"
@@ -17,50 +14,36 @@ import (
 // ensureBridge makes sure the bridge exists, is up, and carries the
 // gateway addresses. Concurrent ADDs race to create it; EEXIST means
 // another one won, which is fine.
-func ensureBridge(h *netlink.Handle, hc *rtnlConn, n *network, gateways []netip.Prefix) (netlink.Link, error) {
-	lookup := func() (netlink.Link, error) {
-		l, err := hc.getLink(n.bridge, 0)
-		if errors.Is(err, unix.EINVAL) {
-			// Kernels that cannot look links up by name: the library
-			// knows how to cope.
-			return h.LinkByName(n.bridge)
-		}
-		return l, err
-	}
-	br, err := lookup()
+func ensureBridge(hc *rtnlConn, n *network, gateways []netip.Prefix) (*link, error) {
+	br, err := hc.getLink(n.bridge, 0)
 	if isLinkNotFound(err) {
-		la := netlink.NewLinkAttrs()
-		la.Name, la.MTU, la.Flags = n.bridge, n.mtu, net.FlagUp
 		// A fixed MAC keeps the bridge's address from following its
 		// lowest-numbered port, which changes as pods come and go and
 		// invalidates every pod's neighbour entry for the gateway.
-		la.HardwareAddr = bridgeMAC(gateways)
-		if n.promisc {
-			la.Promisc = 1
-		}
-		if err := h.LinkAdd(&netlink.Bridge{LinkAttrs: la}); err != nil && !errors.Is(err, unix.EEXIST) {
+		err = hc.createBridge(n.bridge, n.mtu, bridgeMAC(gateways), n.promisc)
+		if err != nil && !errors.Is(err, unix.EEXIST) {
 			return nil, fmt.Errorf("create bridge %s: %w", n.bridge, err)
 		}
-		br, err = lookup()
+		br, err = hc.getLink(n.bridge, 0)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("look up bridge %s: %w", n.bridge, err)
 	}
-	if br.Type() != "bridge" {
-		return nil, fmt.Errorf("%s exists but is a %s, not a bridge", n.bridge, br.Type())
+	if br.kind != "bridge" {
+		return nil, fmt.Errorf("%s exists but is a %s, not a bridge", n.bridge, br.kind)
 	}
-	if br.Attrs().Flags&net.FlagUp == 0 {
-		if err := h.LinkSetUp(br); err != nil {
+	if !br.up() {
+		if err := hc.setFlags(br.index, unix.IFF_UP, unix.IFF_UP); err != nil {
 			return nil, fmt.Errorf("set bridge %s up: %w", n.bridge, err)
 		}
 	}
-	if n.promisc && br.Attrs().Promisc == 0 {
-		if err := h.SetPromiscOn(br); err != nil {
+	if n.promisc && br.promisc == 0 {
+		if err := hc.setFlags(br.index, unix.IFF_PROMISC, unix.IFF_PROMISC); err != nil {
 			return nil, fmt.Errorf("set bridge %s promiscuous: %w", n.bridge, err)
 		}
 	}
 	if n.isGateway {
-		if err := ensureGatewayAddrs(h, hc, br, gateways, n.forceAddress); err != nil {
+		if err := ensureGatewayAddrs(hc, br, gateways, n.forceAddress); err != nil {
 			return nil, err
 		}
 	}
@@ -69,24 +52,24 @@ func ensureBridge(h *netlink.Handle, hc *rtnlConn, n *network, gateways []netip.
 
 // bridgeMAC derives a locally administered unicast MAC from the first
 // gateway, so it is stable across restarts and unique per node subnet.
-func bridgeMAC(gateways []netip.Prefix) net.HardwareAddr {
-	mac := net.HardwareAddr{0x0a, 0x58, 0, 0, 0, 0}
+func bridgeMAC(gateways []netip.Prefix) mac {
+	m := mac{0x0a, 0x58, 0, 0, 0, 0}
 	if len(gateways) > 0 {
 		b := gateways[0].Addr().AsSlice()
-		copy(mac[2:], b[len(b)-4:])
+		copy(m[2:], b[len(b)-4:])
 	}
-	return mac
+	return m
 }
 
 // conflictingAddrs returns the bridge addresses that stand in the way of
 // the gateways: any other IPv4 address (a node has one pod subnet per
 // family, so a different one means the subnet moved), and IPv6 addresses
 // that overlap a gateway's subnet. It also reports the gateways missing.
-func conflictingAddrs(addrs []netlink.Addr, gateways []netip.Prefix) (conflicts []netlink.Addr, missing []netip.Prefix) {
+func conflictingAddrs(addrs []netip.Prefix, gateways []netip.Prefix) (conflicts, missing []netip.Prefix) {
 	present := map[netip.Prefix]bool{}
-	for _, a := range addrs {
-		p, ok := ipNetToPrefix(*a.IPNet)
-		if !ok || p.Addr().IsLinkLocalUnicast() {
+	for _, p := range addrs {
+		p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits())
+		if p.Addr().IsLinkLocalUnicast() {
 			continue
 		}
 		if slices.Contains(gateways, p) {
@@ -98,7 +81,7 @@ func conflictingAddrs(addrs []netlink.Addr, gateways []netip.Prefix) (conflicts 
 				continue
 			}
 			if gw.Addr().Is4() || p.Overlaps(gw) {
-				conflicts = append(conflicts, a)
+				conflicts = append(conflicts, p)
 				break
 			}
 		}
@@ -116,62 +99,60 @@ func conflictingAddrs(addrs []netlink.Addr, gateways []netip.Prefix) (conflicts 
 // that is all. Only when one was missing — a new bridge, or a node whose
 // pod subnet changed — does it look for addresses in the way, and removes
 // them with force or else takes its own addition back and fails.
-func ensureGatewayAddrs(h *netlink.Handle, hc *rtnlConn, br netlink.Link, gateways []netip.Prefix, force bool) error {
+func ensureGatewayAddrs(hc *rtnlConn, br *link, gateways []netip.Prefix, force bool) error {
 	var added []netip.Prefix
 	for _, gw := range gateways {
-		// The request netlink.Handle.AddrAdd would send.
-		_, err := hc.exec(addrRequest(br.Attrs().Index, hostlocal.Allocation{Address: gw}), 0)
+		_, err := hc.exec(addrRequest(br.index, hostlocal.Allocation{Address: gw}), 0)
 		switch {
 		case err == nil:
 			added = append(added, gw)
 		case !errors.Is(err, unix.EEXIST):
-			return fmt.Errorf("add gateway %s to %s: %w", gw, br.Attrs().Name, err)
+			return fmt.Errorf("add gateway %s to %s: %w", gw, br.name, err)
 		}
 	}
 	if len(added) == 0 {
 		return nil
 	}
-	addrs, err := dump("addresses of "+br.Attrs().Name, func() ([]netlink.Addr, error) { return h.AddrList(br, netlink.FAMILY_ALL) })
+	addrs, err := hc.listAddrs(br.index)
 	if err != nil {
-		return err
+		return fmt.Errorf("addresses of %s: %w", br.name, err)
 	}
 	conflicts, _ := conflictingAddrs(addrs, gateways)
 	for _, a := range conflicts {
 		if !force {
 			for _, gw := range added {
-				ipn := prefixToIPNet(gw)
-				h.AddrDel(br, &netlink.Addr{IPNet: &ipn})
+				hc.exec(addrDelRequest(br.index, gw), 0)
 			}
-			return fmt.Errorf("bridge %s has address %s, want %v (the node's pod subnet changed? set forceAddress to replace it)", br.Attrs().Name, a.IPNet, gateways)
+			return fmt.Errorf("bridge %s has address %s, want %v (the node's pod subnet changed? set forceAddress to replace it)", br.name, a, gateways)
 		}
-		if err := h.AddrDel(br, &a); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
-			return fmt.Errorf("remove address %s from %s: %w", a.IPNet, br.Attrs().Name, err)
+		if _, err := hc.exec(addrDelRequest(br.index, a), 0); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+			return fmt.Errorf("remove address %s from %s: %w", a, br.name, err)
 		}
 	}
 	return nil
 }
 
 // checkBridge is STATUS's view: could ADD set the bridge up?
-func checkBridge(h *netlink.Handle, n *network, gateways []netip.Prefix) error {
-	br, err := h.LinkByName(n.bridge)
+func checkBridge(hc *rtnlConn, n *network, gateways []netip.Prefix) error {
+	br, err := hc.getLink(n.bridge, 0)
 	if isLinkNotFound(err) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("look up bridge %s: %w", n.bridge, err)
 	}
-	if br.Type() != "bridge" {
-		return fmt.Errorf("%s exists but is a %s, not a bridge", n.bridge, br.Type())
+	if br.kind != "bridge" {
+		return fmt.Errorf("%s exists but is a %s, not a bridge", n.bridge, br.kind)
 	}
 	if !n.isGateway || n.forceAddress {
 		return nil
 	}
-	addrs, err := dump("addresses of "+n.bridge, func() ([]netlink.Addr, error) { return h.AddrList(br, netlink.FAMILY_ALL) })
+	addrs, err := hc.listAddrs(br.index)
 	if err != nil {
-		return err
+		return fmt.Errorf("addresses of %s: %w", n.bridge, err)
 	}
 	if conflicts, _ := conflictingAddrs(addrs, gateways); len(conflicts) > 0 {
-		return fmt.Errorf("bridge %s has address %s, want %v", n.bridge, conflicts[0].IPNet, gateways)
+		return fmt.Errorf("bridge %s has address %s, want %v", n.bridge, conflicts[0], gateways)
 	}
 	return nil
 }
@@ -187,18 +168,13 @@ func enableForwarding(v4, v6 bool) error {
 		if !f.on {
 			continue
 		}
-		cur, err := sysctl.Sysctl(f.name)
+		cur, err := sysctl(f.name)
 		if err == nil && cur == "1" {
 			continue
 		}
-		if _, err := sysctl.Sysctl(f.name, "1"); err != nil {
-			return fmt.Errorf("enable %s: %w", f.name, err)
+		if err := setSysctl(f.name, "1"); err != nil {
+			return fmt.Errorf("enable forwarding: %w", err)
 		}
 	}
 	return nil
-}
-
-func isLinkNotFound(err error) bool {
-	var nf netlink.LinkNotFoundError
-	return err != nil && (errors.As(err, &nf) || errors.Is(err, unix.ENODEV))
 }

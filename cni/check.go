@@ -4,20 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"slices"
-
-	"github.com/containernetworking/cni/pkg/skel"
-	current "github.com/containernetworking/cni/pkg/types/100"
-	"github.com/vishvananda/netlink"
 
 	"github.com/nodenet/nodenet/ipam/hostlocal"
 )
 
 // Check implements CHECK: it compares the kernel and the allocation store
 // with prevResult and reports every difference it finds.
-func (p *Plugin) Check(ctx context.Context, args *skel.CmdArgs) error {
+func (p *Plugin) Check(ctx context.Context, args *CmdArgs) error {
 	c, err := ParseConfig(args.StdinData)
 	if err != nil {
 		return err
@@ -64,18 +59,14 @@ func (p *Plugin) Check(ctx context.Context, args *skel.CmdArgs) error {
 			return err
 		}
 	}
-	prev, err := current.NewResultFromResult(c.PrevResult)
-	if err != nil {
-		return errorf(CodeDecode, "convert prevResult: %w", err)
-	}
-	if err := check(n, args, prev); err != nil {
+	if err := check(n, args, c.PrevResult); err != nil {
 		log.Warn("CHECK failed", "err", err)
 		return err
 	}
 	return nil
 }
 
-func check(n *network, args *skel.CmdArgs, prev *current.Result) error {
+func check(n *network, args *CmdArgs, prev *Result) error {
 	podIdx, hostIdx := -1, -1
 	for i, itf := range prev.Interfaces {
 		switch {
@@ -91,33 +82,35 @@ func check(n *network, args *skel.CmdArgs, prev *current.Result) error {
 	var want []netip.Prefix
 	for _, ip := range prev.IPs {
 		if ip.Interface != nil && *ip.Interface == podIdx {
-			if p, ok := ipNetToPrefix(ip.Address); ok {
-				want = append(want, p)
-			}
+			want = append(want, ip.Address)
 		}
 	}
 
-	podNS, ph, err := openPod(args.Netns)
+	podNS, err := openNetNS(args.Netns)
 	if err != nil {
 		return errorf(CodeBadEnv, "CNI_NETNS %q: %w", args.Netns, err)
 	}
 	defer podNS.Close()
-	defer ph.Close()
-	host, err := openHost()
+	pc, err := rtnlSocket(podNS)
 	if err != nil {
 		return err
 	}
-	defer host.Close()
+	defer pc.Close()
+	hc, err := rtnlSocket(nil)
+	if err != nil {
+		return err
+	}
+	defer hc.Close()
 
 	var diffs []error
-	podLink, err := ph.LinkByName(args.IfName)
+	podLink, err := pc.getLink(args.IfName, 0)
 	if err != nil {
 		diffs = append(diffs, fmt.Errorf("interface %s: %w", args.IfName, err))
 	} else {
-		diffs = append(diffs, checkPodLink(ph, podLink, n, prev.Interfaces[podIdx], want, prev)...)
+		diffs = append(diffs, checkPodLink(pc, podLink, n, prev.Interfaces[podIdx], want, prev)...)
 	}
 	if hostIdx >= 0 {
-		diffs = append(diffs, checkHostLink(host, n, prev.Interfaces[hostIdx].Name, podLink)...)
+		diffs = append(diffs, checkHostLink(hc, n, prev.Interfaces[hostIdx].Name, podLink)...)
 	}
 	diffs = append(diffs, checkAllocation(n, args, want)...)
 	if err := errors.Join(diffs...); err != nil {
@@ -126,97 +119,75 @@ func check(n *network, args *skel.CmdArgs, prev *current.Result) error {
 	return nil
 }
 
-func checkPodLink(ph *netlink.Handle, l netlink.Link, n *network, itf *current.Interface, want []netip.Prefix, prev *current.Result) []error {
+func checkPodLink(pc *rtnlConn, l *link, n *network, itf *Interface, want []netip.Prefix, prev *Result) []error {
 	var diffs []error
-	name := l.Attrs().Name
-	if l.Type() != "veth" {
-		diffs = append(diffs, fmt.Errorf("%s is a %s, not a veth", name, l.Type()))
+	name := l.name
+	if l.kind != "veth" {
+		diffs = append(diffs, fmt.Errorf("%s is a %s, not a veth", name, l.kind))
 	}
-	if itf.Mac != "" && l.Attrs().HardwareAddr.String() != itf.Mac {
-		diffs = append(diffs, fmt.Errorf("%s has MAC %s, prevResult says %s", name, l.Attrs().HardwareAddr, itf.Mac))
+	if itf.Mac != "" && l.mac.String() != itf.Mac {
+		diffs = append(diffs, fmt.Errorf("%s has MAC %s, prevResult says %s", name, l.mac, itf.Mac))
 	}
-	if l.Attrs().MTU != n.mtu {
-		diffs = append(diffs, fmt.Errorf("%s has MTU %d, want %d", name, l.Attrs().MTU, n.mtu))
+	if l.mtu != n.mtu {
+		diffs = append(diffs, fmt.Errorf("%s has MTU %d, want %d", name, l.mtu, n.mtu))
 	}
-	if l.Attrs().Flags&net.FlagUp == 0 {
+	if !l.up() {
 		diffs = append(diffs, fmt.Errorf("%s is down", name))
 	}
-	addrs, err := dump("addresses of "+name, func() ([]netlink.Addr, error) { return ph.AddrList(l, netlink.FAMILY_ALL) })
+	have, err := pc.listAddrs(l.index)
 	if err != nil {
-		return append(diffs, err)
-	}
-	var have []netip.Prefix
-	for _, a := range addrs {
-		if p, ok := ipNetToPrefix(*a.IPNet); ok {
-			have = append(have, p)
-		}
+		return append(diffs, fmt.Errorf("addresses of %s: %w", name, err))
 	}
 	var allocs []hostlocal.Allocation
 	for _, ip := range prev.IPs {
-		p, ok := ipNetToPrefix(ip.Address)
-		if !ok {
-			continue
-		}
-		gw, _ := netip.AddrFromSlice(ip.Gateway)
-		allocs = append(allocs, hostlocal.Allocation{Address: p, Gateway: gw.Unmap()})
+		allocs = append(allocs, hostlocal.Allocation{Address: ip.Address, Gateway: ip.Gateway.Unmap()})
 	}
 	for _, p := range want {
 		if !slices.Contains(have, p) {
 			diffs = append(diffs, fmt.Errorf("address %s missing on %s", p, name))
 		}
 	}
-	routes, err := dump("routes", func() ([]netlink.Route, error) { return ph.RouteList(l, netlink.FAMILY_ALL) })
+	routes, err := pc.listRoutes(l.index)
 	if err != nil {
 		return append(diffs, err)
 	}
 	for _, r := range prev.Routes {
 		gw := routeGateway(r, allocs)
-		if !slices.ContainsFunc(routes, func(k netlink.Route) bool { return sameRoute(k, r.Dst, gw) }) {
-			diffs = append(diffs, fmt.Errorf("route %s via %s missing on %s", r.Dst.String(), gw, name))
+		if !slices.ContainsFunc(routes, func(k kernelRoute) bool { return k.dst == r.Dst && (!gw.IsValid() || k.gw == gw) }) {
+			diffs = append(diffs, fmt.Errorf("route %s via %s missing on %s", r.Dst, gw, name))
 		}
 	}
 	return diffs
 }
 
-func sameRoute(k netlink.Route, dst net.IPNet, gw net.IP) bool {
-	kd, _ := netlink.ParseIPNet("0.0.0.0/0")
-	if dst.IP.To4() == nil {
-		kd, _ = netlink.ParseIPNet("::/0")
-	}
-	if k.Dst != nil {
-		kd = k.Dst
-	}
-	return kd.String() == dst.String() && (gw == nil || k.Gw.Equal(gw))
-}
-
-func checkHostLink(h *netlink.Handle, n *network, hostName string, podLink netlink.Link) []error {
+func checkHostLink(hc *rtnlConn, n *network, hostName string, podLink *link) []error {
 	var diffs []error
-	hl, err := h.LinkByName(hostName)
+	hl, err := hc.getLink(hostName, 0)
 	if err != nil {
 		return []error{fmt.Errorf("host interface %s: %w", hostName, err)}
 	}
-	br, err := h.LinkByName(n.bridge)
+	br, err := hc.getLink(n.bridge, 0)
 	if err != nil {
 		return []error{fmt.Errorf("bridge %s: %w", n.bridge, err)}
 	}
-	if hl.Attrs().MasterIndex != br.Attrs().Index {
+	if hl.master != br.index {
 		diffs = append(diffs, fmt.Errorf("host interface %s is not a port of %s", hostName, n.bridge))
 	}
-	if podLink != nil && podLink.Attrs().ParentIndex != hl.Attrs().Index {
-		diffs = append(diffs, fmt.Errorf("host interface %s is not the peer of %s", hostName, podLink.Attrs().Name))
+	if podLink != nil && podLink.parent != hl.index {
+		diffs = append(diffs, fmt.Errorf("host interface %s is not the peer of %s", hostName, podLink.name))
 	}
-	if hl.Attrs().Flags&net.FlagUp == 0 {
+	if !hl.up() {
 		diffs = append(diffs, fmt.Errorf("host interface %s is down", hostName))
 	}
 	if n.hairpin {
-		if pi, err := h.LinkGetProtinfo(hl); err == nil && !pi.Hairpin {
+		if on, err := hc.hairpin(hl.index); err == nil && !on {
 			diffs = append(diffs, fmt.Errorf("hairpin mode is off on %s", hostName))
 		}
 	}
 	return diffs
 }
 
-func checkAllocation(n *network, args *skel.CmdArgs, want []netip.Prefix) []error {
+func checkAllocation(n *network, args *CmdArgs, want []netip.Prefix) []error {
 	store, err := hostlocal.Open(n.dataDir, n.name)
 	if err != nil {
 		return []error{err}

@@ -3,15 +3,13 @@ package cni
 import (
 	"encoding/json"
 	"errors"
-	"net"
+	"fmt"
 	"net/netip"
+	"os"
 	"slices"
 	"strings"
 
-	"github.com/containernetworking/cni/pkg/skel"
-	"github.com/containernetworking/cni/pkg/types"
-	"github.com/containernetworking/cni/pkg/utils"
-	"github.com/containernetworking/cni/pkg/version"
+	"golang.org/x/sys/unix"
 
 	"github.com/nodenet/nodenet/flanneld/subnetenv"
 	"github.com/nodenet/nodenet/ipam/hostlocal"
@@ -40,15 +38,15 @@ const (
 // uses subnetFile, dataDir (the delegate cache), delegate and ipam, the
 // keys upstream flannel's CNI plugin reads.
 type NetConf struct {
-	CNIVersion       string               `json:"cniVersion"`
-	Name             string               `json:"name"`
-	Type             string               `json:"type"`
-	DNS              types.DNS            `json:"dns"`
-	RawPrevResult    map[string]any       `json:"prevResult,omitempty"`
-	ValidAttachments []types.GCAttachment `json:"cni.dev/valid-attachments,omitempty"`
+	CNIVersion       string          `json:"cniVersion"`
+	Name             string          `json:"name"`
+	Type             string          `json:"type"`
+	DNS              DNS             `json:"dns"`
+	RawPrevResult    json.RawMessage `json:"prevResult,omitempty"`
+	ValidAttachments []GCAttachment  `json:"cni.dev/valid-attachments,omitempty"`
 	// LegacyAttachments is the key libcni also sends for plugins written
 	// against an earlier draft of the GC spec.
-	LegacyAttachments []types.GCAttachment `json:"cni.dev/attachments,omitempty"`
+	LegacyAttachments []GCAttachment `json:"cni.dev/attachments,omitempty"`
 
 	SubnetFile       string               `json:"subnetFile,omitempty"`
 	DataDir          string               `json:"dataDir,omitempty"`
@@ -71,28 +69,34 @@ type NetConf struct {
 	} `json:"args,omitempty"`
 	RuntimeConfig map[string]any `json:"runtimeConfig,omitempty"`
 
-	// PrevResult is RawPrevResult parsed in the configuration's version.
-	PrevResult types.Result `json:"-"`
+	// PrevResult is RawPrevResult parsed.
+	PrevResult *Result `json:"-"`
+}
+
+// GCAttachment is an entry of cni.dev/valid-attachments.
+type GCAttachment struct {
+	ContainerID string `json:"containerID"`
+	IfName      string `json:"ifname"`
 }
 
 // ParseConfig decodes and validates stdin. Decoding problems are code 6,
 // invalid values code 7.
 func ParseConfig(stdin []byte) (*NetConf, error) {
 	var c NetConf
-	if err := json.Unmarshal(stdin, &c); err != nil {
+	if err := decodeConf(stdin, &c); err != nil {
 		return nil, errorf(CodeDecode, "decode network configuration: %w", err)
 	}
 	if c.CNIVersion == "" {
 		return nil, errorf(CodeInvalidConfig, "network configuration: cniVersion is missing")
 	}
-	if !slices.Contains(SupportedVersions.SupportedVersions(), c.CNIVersion) {
-		return nil, errorf(CodeIncompatibleVersion, "network configuration: cniVersion %q is not one of %v", c.CNIVersion, SupportedVersions.SupportedVersions())
+	if !supported(c.CNIVersion) {
+		return nil, errorf(CodeIncompatibleVersion, "network configuration: cniVersion %q is not one of %v", c.CNIVersion, SupportedVersions)
 	}
 	if c.Name == "" {
 		return nil, errorf(CodeInvalidConfig, "network configuration: name is missing")
 	}
-	if err := utils.ValidateNetworkName(c.Name); err != nil {
-		return nil, errorf(CodeInvalidConfig, "network configuration: name %q: %s", c.Name, err.Msg)
+	if !validName(c.Name) {
+		return nil, errorf(CodeInvalidConfig, "network configuration: name %q: invalid characters found in network name", c.Name)
 	}
 	switch c.Type {
 	case TypeNodenet:
@@ -106,12 +110,11 @@ func ParseConfig(stdin []byte) (*NetConf, error) {
 	default:
 		return nil, errorf(CodeInvalidConfig, "network configuration: type %q is neither %q nor %q", c.Type, TypeNodenet, TypeFlannel)
 	}
-	if c.RawPrevResult != nil {
-		pc := &types.PluginConf{CNIVersion: c.CNIVersion, RawPrevResult: c.RawPrevResult}
-		if err := version.ParsePrevResult(pc); err != nil {
+	if len(c.RawPrevResult) > 0 && string(c.RawPrevResult) != "null" {
+		c.PrevResult = new(Result)
+		if err := json.Unmarshal(c.RawPrevResult, c.PrevResult); err != nil {
 			return nil, errorf(CodeDecode, "network configuration: prevResult: %w", err)
 		}
-		c.PrevResult = pc.PrevResult
 	}
 	if len(c.ValidAttachments) == 0 {
 		c.ValidAttachments = c.LegacyAttachments
@@ -123,8 +126,8 @@ func (c *NetConf) validateNodenet() error {
 	if c.Bridge == "" {
 		c.Bridge = DefaultBridge
 	}
-	if err := utils.ValidateInterfaceName(c.Bridge); err != nil {
-		return errorf(CodeInvalidConfig, "network configuration: bridge %q: %s", c.Bridge, err.Msg)
+	if err := validateIfName(c.Bridge); err != nil {
+		return errorf(CodeInvalidConfig, "network configuration: bridge %q: %w", c.Bridge, err)
 	}
 	if c.SubnetFile == "" {
 		c.SubnetFile = DefaultSubnetFile
@@ -168,15 +171,25 @@ func (c *NetConf) validateFlannel() error {
 	return nil
 }
 
-// validateArgs checks what skel checks before calling a binary plugin, for
-// callers that use Plugin in-process: the container ID ends up in file
-// names, the interface name in netlink requests.
-func validateArgs(args *skel.CmdArgs) error {
-	if err := utils.ValidateContainerID(args.ContainerID); err != nil {
-		return errorf(CodeBadEnv, "CNI_CONTAINERID %q: %s", args.ContainerID, err.Msg)
+// validateArgs checks what the dispatcher checks before calling a
+// command, for callers that use Plugin in-process: the container ID ends
+// up in file names, the interface name in netlink requests.
+func validateArgs(args *CmdArgs) error {
+	if err := validateContainerID(args.ContainerID); err != nil {
+		return err
 	}
-	if err := utils.ValidateInterfaceName(args.IfName); err != nil {
-		return errorf(CodeBadEnv, "CNI_IFNAME %q: %s", args.IfName, err.Msg)
+	if err := validateIfName(args.IfName); err != nil {
+		return errorf(CodeBadEnv, "CNI_IFNAME %q: %w", args.IfName, err)
+	}
+	return nil
+}
+
+func validateContainerID(id string) error {
+	if id == "" {
+		return errorf(CodeBadEnv, "CNI_CONTAINERID is missing")
+	}
+	if !validName(id) {
+		return errorf(CodeBadEnv, "CNI_CONTAINERID %q: invalid characters in containerID", id)
 	}
 	return nil
 }
@@ -205,14 +218,14 @@ type network struct {
 	promisc      bool
 	dataDir      string
 	rangeSets    []hostlocal.RangeSet
-	routes       []*types.Route
-	dns          types.DNS
+	routes       []*Route
+	dns          DNS
 }
 
 // readSubnetEnv maps subnet.env problems to "try again later": flanneld
 // may simply not have written the file yet.
 func readSubnetEnv(path string) (subnetenv.Env, error) {
-	env, err := subnetenv.Read(path)
+	env, err := readSubnetFile(path)
 	if err == nil {
 		return env, nil
 	}
@@ -254,7 +267,7 @@ func nodenetNetwork(c *NetConf, env subnetenv.Env) (*network, error) {
 		if v6 {
 			nw = env.IPv6Network
 		}
-		n.routes = append(n.routes, &types.Route{Dst: prefixToIPNet(nw)})
+		n.routes = append(n.routes, &Route{Dst: nw})
 	}
 	return n, nil
 }
@@ -263,19 +276,6 @@ func nodenetNetwork(c *NetConf, env subnetenv.Env) (*network, error) {
 // subnet.env, so a node whose flanneld is gone can still clean up.
 func teardownNetwork(c *NetConf) *network {
 	return &network{name: c.Name, cniVersion: c.CNIVersion, bridge: c.Bridge, dataDir: c.DataDir}
-}
-
-func prefixToIPNet(p netip.Prefix) net.IPNet {
-	return net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
-}
-
-func ipNetToPrefix(n net.IPNet) (netip.Prefix, bool) {
-	a, ok := netip.AddrFromSlice(n.IP)
-	if !ok {
-		return netip.Prefix{}, false
-	}
-	ones, _ := n.Mask.Size()
-	return netip.PrefixFrom(a.Unmap(), ones), true
 }
 
 // requestedIPs collects the addresses asked for through CNI_ARGS
@@ -342,4 +342,20 @@ func requestedIPs(c *NetConf, cniArgs string) ([]netip.Addr, error) {
 		}
 	}
 	return out, nil
+}
+
+// readSubnetFile is subnetenv.Read, but opens the file without the
+// runtime's poller (see hostlocal's file.go): ADD's first file would
+// otherwise set the poller up.
+func readSubnetFile(path string) (subnetenv.Env, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return subnetenv.Env{}, fmt.Errorf("%w: %s (is flanneld running?)", subnetenv.ErrNotExist, path)
+	}
+	if err != nil {
+		return subnetenv.Env{}, fmt.Errorf("open %s: %w", path, err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	return subnetenv.Parse(path, f)
 }

@@ -3,14 +3,10 @@ package cni
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"strings"
 	"testing"
-
-	"github.com/containernetworking/cni/pkg/skel"
-	"github.com/containernetworking/cni/pkg/types"
-	current "github.com/containernetworking/cni/pkg/types/100"
-	"github.com/vishvananda/netlink"
 )
 
 func TestParseConfigCodes(t *testing.T) {
@@ -69,14 +65,14 @@ func TestRequestedIPs(t *testing.T) {
 
 func TestErrorsWire(t *testing.T) {
 	err := fmt.Errorf("add: %w", errorf(CodeTryAgainLater, "subnet file missing"))
-	if te := AsTypesError(err); te.Code != 11 || te.Msg != "add: subnet file missing" {
+	if te := AsWireError(err); te.Code != 11 || te.Msg != "add: subnet file missing" {
 		t.Fatalf("%+v", te)
 	}
-	if te := AsTypesError(errors.New("boom")); te.Code != 999 {
+	if te := AsWireError(errors.New("boom")); te.Code != 999 {
 		t.Fatalf("%+v", te)
 	}
-	delegate := fmt.Errorf("delegate ptp ADD: %w", types.NewError(7, "bad", ""))
-	if te := AsTypesError(delegate); te.Code != 7 {
+	delegate := fmt.Errorf("delegate ptp ADD: %w", &WireError{Code: 7, Msg: "bad"})
+	if te := AsWireError(delegate); te.Code != 7 {
 		t.Fatalf("delegate error code %+v", te)
 	}
 }
@@ -99,9 +95,9 @@ func TestHostVethNameAndAlias(t *testing.T) {
 
 func TestConflictingAddrs(t *testing.T) {
 	gw := []netip.Prefix{netip.MustParsePrefix("10.244.1.1/24"), netip.MustParsePrefix("fd00:1::1/64")}
-	mk := func(ss ...string) (out []netlink.Addr) {
+	mk := func(ss ...string) (out []netip.Prefix) {
 		for _, s := range ss {
-			out = append(out, mustAddr(t, s))
+			out = append(out, netip.MustParsePrefix(s))
 		}
 		return out
 	}
@@ -116,26 +112,18 @@ func TestConflictingAddrs(t *testing.T) {
 }
 
 func TestChainOffsetsInterfaces(t *testing.T) {
-	prev := &current.Result{CNIVersion: "1.0.0", Interfaces: []*current.Interface{{Name: "x"}}, DNS: types.DNS{Nameservers: []string{"1.1.1.1"}}}
-	ours := &current.Result{CNIVersion: "1.1.0", Interfaces: []*current.Interface{{Name: "a"}, {Name: "b"}, {Name: "c"}},
-		IPs: []*current.IPConfig{{Interface: current.Int(2)}}}
-	got, err := chain(prev, ours)
-	if err != nil || len(got.Interfaces) != 4 || *got.IPs[0].Interface != 3 || got.DNS.Nameservers[0] != "1.1.1.1" {
-		t.Fatalf("%+v %v", got, err)
+	two := 2
+	prev := &Result{CNIVersion: "1.0.0", Interfaces: []*Interface{{Name: "x"}}, DNS: DNS{Nameservers: []string{"1.1.1.1"}}}
+	ours := &Result{CNIVersion: "1.1.0", Interfaces: []*Interface{{Name: "a"}, {Name: "b"}, {Name: "c"}},
+		IPs: []*IPConfig{{Interface: &two}}}
+	got := chain(prev, ours)
+	if len(got.Interfaces) != 4 || *got.IPs[0].Interface != 3 || got.DNS.Nameservers[0] != "1.1.1.1" || got.CNIVersion != "1.1.0" || *ours.IPs[0].Interface != 2 {
+		t.Fatalf("%+v", got)
 	}
-}
-
-func mustAddr(t *testing.T, s string) netlink.Addr {
-	t.Helper()
-	a, err := netlink.ParseAddr(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return *a
 }
 
 func TestValidateArgs(t *testing.T) {
-	for _, a := range []skel.CmdArgs{
+	for _, a := range []CmdArgs{
 		{ContainerID: "../../etc", IfName: "eth0"},
 		{ContainerID: "", IfName: "eth0"},
 		{ContainerID: "ok", IfName: "a:b"},
@@ -145,7 +133,23 @@ func TestValidateArgs(t *testing.T) {
 			t.Errorf("%+v: %v", a, err)
 		}
 	}
-	if err := validateArgs(&skel.CmdArgs{ContainerID: "abc-1.2_3", IfName: "eth0"}); err != nil {
+	if err := validateArgs(&CmdArgs{ContainerID: "abc-1.2_3", IfName: "eth0"}); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestLazyAttrs: the attributes reach records that get through, and are
+// not formatted for those that do not.
+func TestLazyAttrs(t *testing.T) {
+	var buf strings.Builder
+	base := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	l := withLazyAttrs(base, slog.String("container", "c1"))
+	l.Info("hidden")
+	if h := l.Handler().(*lazyAttrs); h.with != nil || buf.Len() != 0 {
+		t.Fatalf("attributes formatted for a record below the level: %q", buf.String())
+	}
+	l.With("k", "v").Warn("shown")
+	if out := buf.String(); !strings.Contains(out, "container=c1") || !strings.Contains(out, "k=v") || !strings.Contains(out, "msg=shown") {
+		t.Fatalf("log line %q", out)
 	}
 }

@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/containernetworking/cni/pkg/skel"
-	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/nodenet/nodenet/ipam/hostlocal"
@@ -15,7 +12,7 @@ import (
 
 // Del implements DEL. It succeeds when the namespace, the veth or the
 // allocation is already gone, and needs no subnet.env.
-func (p *Plugin) Del(ctx context.Context, args *skel.CmdArgs) error {
+func (p *Plugin) Del(ctx context.Context, args *CmdArgs) error {
 	c, err := ParseConfig(args.StdinData)
 	if err != nil {
 		return err
@@ -61,16 +58,14 @@ func (p *Plugin) Del(ctx context.Context, args *skel.CmdArgs) error {
 	return nil
 }
 
-func (p *Plugin) del(n *network, args *skel.CmdArgs) error {
+func (p *Plugin) del(n *network, args *CmdArgs) error {
 	hostName := HostVethName(args.ContainerID, args.IfName)
 	alias := vethAlias(n.name, args.ContainerID, args.IfName)
 	reaped := false
 	if args.Netns != "" {
-		podNS, err := ns.GetNS(args.Netns)
-		var notExist ns.NSPathNotExistErr
-		var notNS ns.NSPathNotNSErr
+		podNS, err := p.openPod(args.Netns)
 		switch {
-		case errors.As(err, &notExist), errors.As(err, &notNS):
+		case errors.Is(err, errNSNotExist), errors.Is(err, errNotNS):
 			// The pod's namespace is gone, and its end of the veth with it.
 		case err != nil:
 			return err
@@ -90,15 +85,15 @@ func (p *Plugin) del(n *network, args *skel.CmdArgs) error {
 		// Our host end outlives the pod end if the namespace went away
 		// without taking the pair along, if ADD crashed, or if an earlier
 		// DEL left it to a reaper (then it stays the reaper's).
-		host, err := openHost()
+		hc, err := rtnlSocket(nil)
 		if err != nil {
 			return err
 		}
-		defer host.Close()
+		defer hc.Close()
 		doomed := false
-		err = deleteLink(host, hostName, func(l netlink.Link) bool {
-			doomed = l.Attrs().Group == doomedGroup
-			return l.Attrs().Alias == alias && !doomed
+		err = deleteLink(hc, hostName, func(l *link) bool {
+			doomed = l.group == doomedGroup
+			return l.alias == alias && !doomed
 		})
 		if err != nil {
 			return err
@@ -139,16 +134,16 @@ func (p *Plugin) takeDownPod(pc *rtnlConn, ifName, hostName, alias string) (reap
 	// plugin before the binary was replaced does not, and is deleted
 	// here). Once the host end is down the pod is off the bridge; the
 	// rename frees the name for another attachment in the namespace.
-	if p.Reaper != nil && l.Type() == "veth" {
+	if p.Reaper != nil && l.kind == "veth" {
 		if hc, err := rtnlSocket(nil); err == nil {
-			cut := ownPeer(hc, l.Attrs().ParentIndex, hostName, alias) && doom(hc, l.Attrs().ParentIndex) == nil
+			cut := ownPeer(hc, l.parent, hostName, alias) && doom(hc, l.parent) == nil
 			hc.Close()
-			if cut && rename(pc, l.Attrs().Index, deadName()) == nil && p.Reaper() == nil {
+			if cut && rename(pc, l.index, deadName()) == nil && p.Reaper() == nil {
 				return true, nil
 			}
 		}
 	}
-	if err := pc.delLink(l.Attrs().Index); err != nil && !isLinkNotFound(err) {
+	if err := pc.delLink(l.index); err != nil && !isLinkNotFound(err) {
 		return false, fmt.Errorf("delete %s: %w", ifName, err)
 	}
 	return false, nil
@@ -171,5 +166,5 @@ func rename(c *rtnlConn, index int, name string) error {
 // attachment's pair.
 func ownPeer(c *rtnlConn, index int, name, alias string) bool {
 	l, err := c.getLink("", index)
-	return err == nil && l.Attrs().Name == name && l.Attrs().Alias == alias
+	return err == nil && l.name == name && l.alias == alias
 }

@@ -9,17 +9,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-
-	"github.com/containernetworking/cni/pkg/skel"
-	"github.com/containernetworking/cni/pkg/types"
-	"github.com/containernetworking/cni/pkg/version"
 )
 
 // execDelegate runs a flannel delegate that is not a bridge (ipvlan, ptp,
 // ...) as its own binary from CNI_PATH, as upstream flannel does for every
 // delegate. (libcni's invoke package would do, but it links net/http and
 // OpenTelemetry, which would double the binary for a path few use.)
-func execDelegate(ctx context.Context, command, typ string, conf []byte, args *skel.CmdArgs) (types.Result, error) {
+func execDelegate(ctx context.Context, command, typ string, conf []byte, args *CmdArgs) (*Result, error) {
 	path, err := findPlugin(typ, args.Path)
 	if err != nil {
 		return nil, errorf(CodeInvalidConfig, "delegate %q: %w", typ, err)
@@ -32,7 +28,7 @@ func execDelegate(ctx context.Context, command, typ string, conf []byte, args *s
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
-		var te types.Error
+		var te WireError
 		if json.Unmarshal(out, &te) == nil && te.Code != 0 {
 			return nil, fmt.Errorf("delegate %s %s: %w", typ, command, &te)
 		}
@@ -41,15 +37,19 @@ func execDelegate(ctx context.Context, command, typ string, conf []byte, args *s
 	if command != "ADD" {
 		return nil, nil
 	}
-	confVersion, err := (&version.ConfigDecoder{}).Decode(conf)
-	if err != nil {
+	var cv struct {
+		CNIVersion string `json:"cniVersion"`
+	}
+	if err := json.Unmarshal(conf, &cv); err != nil {
 		return nil, errorf(CodeDecode, "delegate configuration: %w", err)
 	}
-	res, err := version.NewResult(confVersion, out)
-	if err != nil {
+	var res Result
+	if err := json.Unmarshal(out, &res); err != nil {
 		return nil, errorf(CodeDecode, "delegate %s result: %w", typ, err)
 	}
-	return res, nil
+	// The result goes on to the runtime in the configuration's version.
+	res.CNIVersion = cv.CNIVersion
+	return &res, nil
 }
 
 func findPlugin(typ, cniPath string) (string, error) {
@@ -67,7 +67,7 @@ func findPlugin(typ, cniPath string) (string, error) {
 
 // withPrevResult adds prevResult to a cached delegate configuration, which
 // CHECK must pass on.
-func withPrevResult(conf []byte, prev map[string]any) ([]byte, error) {
+func withPrevResult(conf []byte, prev json.RawMessage) ([]byte, error) {
 	var m map[string]any
 	if err := json.Unmarshal(conf, &m); err != nil {
 		return nil, errorf(CodeDecode, "decode delegate configuration: %w", err)

@@ -9,8 +9,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/containernetworking/cni/pkg/types"
-
 	"github.com/nodenet/nodenet/flanneld/subnetenv"
 	"github.com/nodenet/nodenet/ipam/hostlocal"
 )
@@ -27,23 +25,23 @@ import (
 // delegateConf is the bridge delegate's configuration as the reference
 // bridge plugin reads it; only what we implement is decoded.
 type delegateConf struct {
-	CNIVersion       string    `json:"cniVersion"`
-	Name             string    `json:"name"`
-	Type             string    `json:"type"`
-	Bridge           string    `json:"bridge"`
-	IsGateway        bool      `json:"isGateway"`
-	IsDefaultGateway bool      `json:"isDefaultGateway"`
-	ForceAddress     bool      `json:"forceAddress"`
-	IPMasq           bool      `json:"ipMasq"`
-	MTU              int       `json:"mtu"`
-	HairpinMode      bool      `json:"hairpinMode"`
-	PromiscMode      bool      `json:"promiscMode"`
-	DNS              types.DNS `json:"dns"`
+	CNIVersion       string `json:"cniVersion"`
+	Name             string `json:"name"`
+	Type             string `json:"type"`
+	Bridge           string `json:"bridge"`
+	IsGateway        bool   `json:"isGateway"`
+	IsDefaultGateway bool   `json:"isDefaultGateway"`
+	ForceAddress     bool   `json:"forceAddress"`
+	IPMasq           bool   `json:"ipMasq"`
+	MTU              int    `json:"mtu"`
+	HairpinMode      bool   `json:"hairpinMode"`
+	PromiscMode      bool   `json:"promiscMode"`
+	DNS              DNS    `json:"dns"`
 	IPAM             struct {
 		Type    string               `json:"type"`
 		DataDir string               `json:"dataDir"`
 		Ranges  []hostlocal.RangeSet `json:"ranges"`
-		Routes  []*types.Route       `json:"routes"`
+		Routes  []*Route             `json:"routes"`
 	} `json:"ipam"`
 }
 
@@ -84,7 +82,7 @@ func renderDelegate(c *NetConf, env subnetenv.Env) ([]byte, error) {
 		ipam["type"] = defaultDelegateIPAM
 	}
 	var ranges [][]map[string]any
-	var routes []types.Route
+	var routes []Route
 	if raw, ok := ipam["routes"]; ok {
 		b, _ := json.Marshal(raw)
 		if err := json.Unmarshal(b, &routes); err != nil {
@@ -101,7 +99,7 @@ func renderDelegate(c *NetConf, env subnetenv.Env) ([]byte, error) {
 		if v6 {
 			nw = env.IPv6Network
 		}
-		routes = append(routes, types.Route{Dst: prefixToIPNet(nw)})
+		routes = append(routes, Route{Dst: nw})
 	}
 	ipam["ranges"] = ranges
 	ipam["routes"] = routes

@@ -7,8 +7,6 @@ import (
 	"net/netip"
 	"os"
 
-	"github.com/containernetworking/cni/pkg/skel"
-
 	"github.com/nodenet/nodenet/ipam/hostlocal"
 )
 
@@ -18,7 +16,7 @@ import (
 // flannel delegate cache entries. This is what cleans up after a node
 // reboot or a crashed ADD, the leaks upstream's bridge + host-local keep
 // (containernetworking/plugins #697, #1047).
-func (p *Plugin) GC(ctx context.Context, args *skel.CmdArgs) error {
+func (p *Plugin) GC(ctx context.Context, args *CmdArgs) error {
 	c, err := ParseConfig(args.StdinData)
 	if err != nil {
 		return err
@@ -60,12 +58,12 @@ func (p *Plugin) GC(ctx context.Context, args *skel.CmdArgs) error {
 // whatever DELs left to a reaper: all doomed first, then deleted in one
 // request.
 func gcVeths(network string, valid []hostlocal.Attachment) ([]string, error) {
-	h, err := openHost()
+	hc, err := rtnlSocket(nil)
 	if err != nil {
 		return nil, err
 	}
-	defer h.Close()
-	links, err := dump("links", h.LinkList)
+	defer hc.Close()
+	links, err := hc.listLinks()
 	if err != nil {
 		return nil, err
 	}
@@ -75,21 +73,16 @@ func gcVeths(network string, valid []hostlocal.Attachment) ([]string, error) {
 	}
 	var deleted []string
 	var errs []error
-	hc, err := rtnlSocket(nil)
-	if err != nil {
-		return nil, err
-	}
-	defer hc.Close()
 	for _, l := range links {
-		nw, a, ok := parseAlias(l.Attrs().Alias)
-		if !ok || nw != network || keep[a] || l.Type() != "veth" {
+		nw, a, ok := parseAlias(l.alias)
+		if !ok || nw != network || keep[a] || l.kind != "veth" {
 			continue
 		}
-		if err := doom(hc, l.Attrs().Index); err != nil && !isLinkNotFound(err) {
-			errs = append(errs, fmt.Errorf("delete stale veth %s: %w", l.Attrs().Name, err))
+		if err := doom(hc, l.index); err != nil && !isLinkNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete stale veth %s: %w", l.name, err))
 			continue
 		}
-		deleted = append(deleted, l.Attrs().Name)
+		deleted = append(deleted, l.name)
 	}
 	return deleted, errors.Join(append(errs, ReapDoomed())...)
 }
@@ -97,7 +90,7 @@ func gcVeths(network string, valid []hostlocal.Attachment) ([]string, error) {
 // Status implements STATUS (spec 1.1): ready when subnet.env is there and
 // valid, the bridge could be set up, and the allocation store is usable.
 // Anything else is code 50, "plugin not available".
-func (p *Plugin) Status(ctx context.Context, args *skel.CmdArgs) error {
+func (p *Plugin) Status(ctx context.Context, args *CmdArgs) error {
 	c, err := ParseConfig(args.StdinData)
 	if err != nil {
 		return err
@@ -121,12 +114,12 @@ func (p *Plugin) Status(ctx context.Context, args *skel.CmdArgs) error {
 	} else if n, err = nodenetNetwork(c, env); err != nil {
 		return &Error{Code: CodeNotAvailable, Err: err}
 	}
-	h, err := openHost()
+	hc, err := rtnlSocket(nil)
 	if err != nil {
 		return &Error{Code: CodeNotAvailable, Err: err}
 	}
-	defer h.Close()
-	if err := checkBridge(h, n, rangeGateways(n)); err != nil {
+	defer hc.Close()
+	if err := checkBridge(hc, n, rangeGateways(n)); err != nil {
 		return &Error{Code: CodeNotAvailable, Err: err}
 	}
 	if err := os.MkdirAll(n.dataDir, 0o755); err != nil {

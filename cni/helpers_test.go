@@ -14,9 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containernetworking/cni/pkg/skel"
-	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
 	"github.com/vishvananda/netlink"
 
 	"github.com/nodenet/nodenet/flanneld/subnetenv"
@@ -84,8 +83,8 @@ func (n *node) flannelConf(version, delegate string) []byte {
 		version, n.subnetFile, n.cacheDir, delegate)
 }
 
-func args(pod *nettest.NS, id string, conf []byte) *skel.CmdArgs {
-	a := &skel.CmdArgs{ContainerID: id, IfName: "eth0", StdinData: conf, Path: "/usr/lib/cni"}
+func args(pod *nettest.NS, id string, conf []byte) *CmdArgs {
+	a := &CmdArgs{ContainerID: id, IfName: "eth0", StdinData: conf, Path: "/usr/lib/cni"}
 	if pod != nil {
 		a.Netns = pod.Path()
 	}
@@ -95,8 +94,8 @@ func args(pod *nettest.NS, id string, conf []byte) *skel.CmdArgs {
 // The plugin's host side is the calling thread's namespace, so every call
 // runs on a thread inside the node's host namespace.
 
-func (n *node) add(a *skel.CmdArgs) (types.Result, error) {
-	var res types.Result
+func (n *node) add(a *CmdArgs) (*Result, error) {
+	var res *Result
 	err := n.host.Do(func() (err error) {
 		res, err = n.plugin.Add(context.Background(), a)
 		return err
@@ -104,32 +103,48 @@ func (n *node) add(a *skel.CmdArgs) (types.Result, error) {
 	return res, err
 }
 
-func (n *node) mustAdd(a *skel.CmdArgs) *current.Result {
+func (n *node) mustAdd(a *CmdArgs) *current.Result {
 	n.t.Helper()
 	res, err := n.add(a)
 	if err != nil {
 		n.t.Fatalf("ADD %s: %v", a.ContainerID, err)
 	}
-	r, err := current.NewResultFromResult(res)
+	return toCurrent(n.t, res)
+}
+
+// toCurrent reads our result back with the reference library's decoder for
+// its version and converts it to the library's newest result type: what a
+// runtime sees.
+func toCurrent(t *testing.T, res *Result) *current.Result {
+	t.Helper()
+	b, err := json.Marshal(res)
 	if err != nil {
-		n.t.Fatal(err)
+		t.Fatal(err)
+	}
+	lib, err := version.NewResult(res.CNIVersion, b)
+	if err != nil {
+		t.Fatalf("reference decoder rejects %s: %v", b, err)
+	}
+	r, err := current.NewResultFromResult(lib)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return r
 }
 
-func (n *node) do(fn func(context.Context, *skel.CmdArgs) error, a *skel.CmdArgs) error {
+func (n *node) do(fn func(context.Context, *CmdArgs) error, a *CmdArgs) error {
 	return n.host.Do(func() error { return fn(context.Background(), a) })
 }
 
-func (n *node) del(a *skel.CmdArgs) error   { return n.do(n.plugin.Del, a) }
-func (n *node) check(a *skel.CmdArgs) error { return n.do(n.plugin.Check, a) }
-func (n *node) gc(a *skel.CmdArgs) error    { return n.do(n.plugin.GC, a) }
-func (n *node) status(a *skel.CmdArgs) error {
+func (n *node) del(a *CmdArgs) error   { return n.do(n.plugin.Del, a) }
+func (n *node) check(a *CmdArgs) error { return n.do(n.plugin.Check, a) }
+func (n *node) gc(a *CmdArgs) error    { return n.do(n.plugin.GC, a) }
+func (n *node) status(a *CmdArgs) error {
 	return n.do(n.plugin.Status, a)
 }
 
 // withPrev adds a prevResult (as CHECK gets it) to a config.
-func withPrev(t *testing.T, conf []byte, res types.Result) []byte {
+func withPrev(t *testing.T, conf []byte, res any) []byte {
 	t.Helper()
 	var m map[string]any
 	if err := json.Unmarshal(conf, &m); err != nil {
@@ -250,7 +265,7 @@ func wantCode(t *testing.T, err error, code uint, msgParts ...string) {
 	if err == nil {
 		t.Fatalf("got success, want error code %d", code)
 	}
-	te := AsTypesError(err)
+	te := AsWireError(err)
 	if te.Code != code {
 		t.Fatalf("got code %d (%v), want %d", te.Code, err, code)
 	}

@@ -9,25 +9,12 @@ import (
 	"os"
 	"slices"
 
-	"github.com/containernetworking/cni/pkg/skel"
-	"github.com/containernetworking/cni/pkg/types"
-	current "github.com/containernetworking/cni/pkg/types/100"
-	"github.com/containernetworking/cni/pkg/version"
-	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
-
 	"github.com/nodenet/nodenet/flanneld/subnetenv"
 	"github.com/nodenet/nodenet/ipam/hostlocal"
 )
 
-// SupportedVersions are the CNI spec versions the plugin speaks; VERSION
-// reports them.
-var SupportedVersions = version.PluginSupports("0.3.1", "0.4.0", "1.0.0", "1.1.0")
-
 // Plugin implements the CNI commands. Each method takes what the runtime
-// passed (environment and stdin, as skel.CmdArgs) and acts on the network
+// passed (environment and stdin, as CmdArgs) and acts on the network
 // namespace of the calling thread as the host side; the binary runs it in
 // the node's namespace, tests on a thread inside a throwaway one.
 type Plugin struct {
@@ -47,10 +34,13 @@ type Plugin struct {
 	// ReapDoomed to run soon in this namespace. If Reaper fails, or is
 	// nil, DEL deletes the pair itself. GC also reaps.
 	Reaper func() error
+	// Prepared, when set, is the pod namespace of this command opened in
+	// advance (PreparePod); a command for another namespace ignores it.
+	Prepared *PreparedPod
 }
 
 // logger adds the configuration's optional log file to p.Log.
-func (p *Plugin) logger(c *NetConf, args *skel.CmdArgs) (*slog.Logger, func()) {
+func (p *Plugin) logger(c *NetConf, args *CmdArgs) (*slog.Logger, func()) {
 	base := p.Log
 	if base == nil {
 		base = slog.New(slog.DiscardHandler)
@@ -65,11 +55,11 @@ func (p *Plugin) logger(c *NetConf, args *skel.CmdArgs) (*slog.Logger, func()) {
 			closeFn = func() { f.Close() }
 		}
 	}
-	return base.With("network", c.Name, "container", args.ContainerID, "ifname", args.IfName), closeFn
+	return withLazyAttrs(base, slog.String("network", c.Name), slog.String("container", args.ContainerID), slog.String("ifname", args.IfName)), closeFn
 }
 
 // Add implements ADD and returns the result in the configuration's version.
-func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (types.Result, error) {
+func (p *Plugin) Add(ctx context.Context, args *CmdArgs) (*Result, error) {
 	c, err := ParseConfig(args.StdinData)
 	if err != nil {
 		return nil, err
@@ -103,7 +93,7 @@ func (p *Plugin) Add(ctx context.Context, args *skel.CmdArgs) (types.Result, err
 
 // addFlannel renders and caches the delegate like upstream flannel, then
 // runs a bridge delegate in-process and any other type as a binary.
-func (p *Plugin) addFlannel(ctx context.Context, log *slog.Logger, c *NetConf, env subnetenv.Env, args *skel.CmdArgs, requested []netip.Addr) (_ types.Result, err error) {
+func (p *Plugin) addFlannel(ctx context.Context, log *slog.Logger, c *NetConf, env subnetenv.Env, args *CmdArgs, requested []netip.Addr) (_ *Result, err error) {
 	conf, err := renderDelegate(c, env)
 	if err != nil {
 		return nil, err
@@ -130,59 +120,25 @@ func (p *Plugin) addFlannel(ctx context.Context, log *slog.Logger, c *NetConf, e
 	return p.addNetwork(ctx, log, c, n, args, requested)
 }
 
-func (p *Plugin) addNetwork(ctx context.Context, log *slog.Logger, c *NetConf, n *network, args *skel.CmdArgs, requested []netip.Addr) (types.Result, error) {
+func (p *Plugin) addNetwork(ctx context.Context, log *slog.Logger, c *NetConf, n *network, args *CmdArgs, requested []netip.Addr) (*Result, error) {
 	res, err := p.add(ctx, log, n, args, requested)
 	if err != nil {
 		log.Warn("ADD failed", "err", err)
 		return nil, err
 	}
-	full, err := chain(c.PrevResult, res)
-	if err != nil {
-		return nil, err
-	}
-	out, err := full.GetAsVersion(c.CNIVersion)
-	if err != nil {
-		return nil, errorf(CodeIncompatibleVersion, "convert result to %s: %w", c.CNIVersion, err)
-	}
 	log.Info("ADD", "ips", res.IPs)
-	return out, nil
+	return chain(c.PrevResult, res), nil
 }
 
-func openHost() (*netlink.Handle, error) {
-	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
-	if err != nil {
-		return nil, fmt.Errorf("open netlink: %w", err)
-	}
-	return h, nil
-}
-
-func openPod(path string) (ns.NetNS, *netlink.Handle, error) {
-	podNS, err := ns.GetNS(path)
-	if err != nil {
-		return nil, nil, err
-	}
-	h, err := netlink.NewHandleAt(netns.NsHandle(podNS.Fd()), unix.NETLINK_ROUTE)
-	if err != nil {
-		podNS.Close()
-		return nil, nil, fmt.Errorf("open netlink in %s: %w", path, err)
-	}
-	return podNS, h, nil
-}
-
-func (p *Plugin) add(ctx context.Context, log *slog.Logger, n *network, args *skel.CmdArgs, requested []netip.Addr) (_ *current.Result, err error) {
+func (p *Plugin) add(ctx context.Context, log *slog.Logger, n *network, args *CmdArgs, requested []netip.Addr) (_ *Result, err error) {
 	if len(n.rangeSets) == 0 {
 		return nil, errorf(CodeInvalidConfig, "no address ranges to allocate from")
 	}
-	podNS, err := ns.GetNS(args.Netns)
+	podNS, err := p.openPod(args.Netns)
 	if err != nil {
 		return nil, errorf(CodeBadEnv, "CNI_NETNS %q: %w", args.Netns, err)
 	}
 	defer podNS.Close()
-	// The usual ADD talks to the kernel through hc. The library's handle
-	// serves the rare paths (creating the bridge, a stale veth, rollback);
-	// without sockets of its own, like the library's package-level
-	// functions, it opens one per request, so the usual ADD opens none.
-	host := &netlink.Handle{}
 	hc, err := rtnlSocket(nil)
 	if err != nil {
 		return nil, err
@@ -213,17 +169,17 @@ func (p *Plugin) add(ctx context.Context, log *slog.Logger, n *network, args *sk
 	}()
 
 	gateways := gatewayPrefixes(allocs)
-	br, err := ensureBridge(host, hc, n, gateways)
+	br, err := ensureBridge(hc, n, gateways)
 	if err != nil {
 		return nil, err
 	}
-	pair, err := createVeth(host, hc, podNS, br, n, args.ContainerID, args.IfName)
+	pair, err := createVeth(hc, podNS, br, n, args.ContainerID, args.IfName)
 	if err != nil {
 		return nil, err
 	}
 	defer func() {
 		if !success {
-			if derr := deleteLink(host, pair.hostName, nil); derr != nil {
+			if derr := deleteLink(hc, pair.hostName, nil); derr != nil {
 				log.Error("roll back veth", "err", derr)
 			}
 		}
@@ -248,7 +204,7 @@ func (p *Plugin) add(ctx context.Context, log *slog.Logger, n *network, args *sk
 		}
 	}
 	success = true
-	return buildResult(n, br.Attrs().HardwareAddr, pair, pair.hostName, args.IfName, args.Netns, allocs, routes), nil
+	return buildResult(n, br.mac, pair, pair.hostName, args.IfName, args.Netns, allocs, routes), nil
 }
 
 func gatewayPrefixes(allocs []hostlocal.Allocation) []netip.Prefix {

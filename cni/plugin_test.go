@@ -12,10 +12,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/containernetworking/cni/pkg/skel"
-	"github.com/containernetworking/cni/pkg/types"
-	current "github.com/containernetworking/cni/pkg/types/100"
-	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -38,11 +34,11 @@ func TestLifecycleAllVersions(t *testing.T) {
 			if err != nil {
 				t.Fatalf("ADD: %v", err)
 			}
-			if res.Version() != v {
-				t.Fatalf("result version %s, want %s", res.Version(), v)
+			if res.CNIVersion != v {
+				t.Fatalf("result version %s, want %s", res.CNIVersion, v)
 			}
 			checkShape(t, v, res)
-			r, _ := current.NewResultFromResult(res)
+			r := toCurrent(t, res)
 			hostVeth := HostVethName(a.ContainerID, "eth0")
 			if got := []string{r.Interfaces[0].Name, r.Interfaces[1].Name, r.Interfaces[2].Name}; !slices.Equal(got, []string{"cni0", hostVeth, "eth0"}) || r.Interfaces[2].Sandbox != pod.Path() {
 				t.Fatalf("interfaces %v", r.Interfaces)
@@ -114,14 +110,14 @@ func TestLifecycleAllVersions(t *testing.T) {
 }
 
 func TestVersionInfo(t *testing.T) {
-	if got := SupportedVersions.SupportedVersions(); !slices.Equal(got, allVersions) {
+	if got := SupportedVersions; !slices.Equal(got, allVersions) {
 		t.Fatalf("supported versions %v, want %v", got, allVersions)
 	}
 }
 
 // checkShape checks what differs between spec versions: 0.3.x/0.4.0 IPs
 // carry "version", 1.1.0 interfaces carry "mtu", the others do not.
-func checkShape(t *testing.T, v string, res types.Result) {
+func checkShape(t *testing.T, v string, res *Result) {
 	t.Helper()
 	b, err := json.Marshal(res)
 	if err != nil {
@@ -449,38 +445,38 @@ func TestAddFailuresLeaveNothing(t *testing.T) {
 	pod := nettest.New(t)
 	for _, tc := range []struct {
 		name  string
-		setup func(a *skel.CmdArgs)
+		setup func(a *CmdArgs)
 		code  uint
 		msg   []string
 	}{
-		{"pod already has eth0", func(a *skel.CmdArgs) { pod.MustExec(t, "ip", "link", "add", "eth0", "type", "bridge") }, CodeInternal, []string{"eth0"}},
-		{"requested address outside ranges", func(a *skel.CmdArgs) { a.Args = "IP=10.9.9.9" }, CodeInvalidConfig, []string{"10.9.9.9"}},
-		{"requested gateway", func(a *skel.CmdArgs) { a.Args = "IP=10.244.1.1" }, CodeInvalidConfig, []string{"gateway"}},
-		{"bad CNI_ARGS", func(a *skel.CmdArgs) { a.Args = "IP=banana" }, CodeBadEnv, []string{"banana"}},
-		{"malformed CNI_ARGS", func(a *skel.CmdArgs) { a.Args = "garbage" }, CodeBadEnv, []string{"garbage"}},
-		{"missing netns", func(a *skel.CmdArgs) { a.Netns = "/run/netns/nnt-nope" }, CodeBadEnv, []string{"nnt-nope"}},
-		{"empty netns", func(a *skel.CmdArgs) { a.Netns = "" }, CodeBadEnv, []string{"CNI_NETNS"}},
-		{"no subnet.env", func(a *skel.CmdArgs) { a.StdinData = withKey(t, conf, "subnetFile", "/nonexistent/subnet.env") }, CodeTryAgainLater, []string{"/nonexistent/subnet.env"}},
-		{"malformed subnet.env", func(a *skel.CmdArgs) {
+		{"pod already has eth0", func(a *CmdArgs) { pod.MustExec(t, "ip", "link", "add", "eth0", "type", "bridge") }, CodeInternal, []string{"eth0"}},
+		{"requested address outside ranges", func(a *CmdArgs) { a.Args = "IP=10.9.9.9" }, CodeInvalidConfig, []string{"10.9.9.9"}},
+		{"requested gateway", func(a *CmdArgs) { a.Args = "IP=10.244.1.1" }, CodeInvalidConfig, []string{"gateway"}},
+		{"bad CNI_ARGS", func(a *CmdArgs) { a.Args = "IP=banana" }, CodeBadEnv, []string{"banana"}},
+		{"malformed CNI_ARGS", func(a *CmdArgs) { a.Args = "garbage" }, CodeBadEnv, []string{"garbage"}},
+		{"missing netns", func(a *CmdArgs) { a.Netns = "/run/netns/nnt-nope" }, CodeBadEnv, []string{"nnt-nope"}},
+		{"empty netns", func(a *CmdArgs) { a.Netns = "" }, CodeBadEnv, []string{"CNI_NETNS"}},
+		{"no subnet.env", func(a *CmdArgs) { a.StdinData = withKey(t, conf, "subnetFile", "/nonexistent/subnet.env") }, CodeTryAgainLater, []string{"/nonexistent/subnet.env"}},
+		{"malformed subnet.env", func(a *CmdArgs) {
 			bad := filepath.Join(n.dir, "bad.env")
 			os.WriteFile(bad, []byte("FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.1.1/24\nFLANNEL_MTU=big\nFLANNEL_IPMASQ=true\n"), 0o644)
 			a.StdinData = withKey(t, conf, "subnetFile", bad)
 		}, CodeTryAgainLater, []string{"bad.env", "FLANNEL_MTU"}},
-		{"exhausted range", func(a *skel.CmdArgs) {
+		{"exhausted range", func(a *CmdArgs) {
 			a.StdinData = withKey(t, conf, "ranges", [][]map[string]string{{{"subnet": "10.244.1.0/24", "rangeStart": "10.244.1.2", "rangeEnd": "10.244.1.2"}}})
 			s, _ := hostlocal.Open(n.dataDir, "cbr0")
 			os.WriteFile(filepath.Join(s.Dir(), "10.244.1.2"), []byte("someone\r\neth0"), 0o600)
 			s.Close()
 		}, CodeTryAgainLater, []string{"no free address"}},
-		{"bad JSON", func(a *skel.CmdArgs) { a.StdinData = []byte(`{"cniVersion":`) }, CodeDecode, nil},
-		{"unknown type", func(a *skel.CmdArgs) { a.StdinData = withKey(t, conf, "type", "bridge") }, CodeInvalidConfig, []string{`"bridge"`}},
-		{"bad bridge name", func(a *skel.CmdArgs) { a.StdinData = withKey(t, conf, "bridge", "this-name-is-far-too-long") }, CodeInvalidConfig, []string{"this-name-is-far-too-long"}},
-		{"bad mtu", func(a *skel.CmdArgs) { a.StdinData = withKey(t, conf, "mtu", 10) }, CodeInvalidConfig, []string{"mtu"}},
-		{"bad ranges", func(a *skel.CmdArgs) {
+		{"bad JSON", func(a *CmdArgs) { a.StdinData = []byte(`{"cniVersion":`) }, CodeDecode, nil},
+		{"unknown type", func(a *CmdArgs) { a.StdinData = withKey(t, conf, "type", "bridge") }, CodeInvalidConfig, []string{`"bridge"`}},
+		{"bad bridge name", func(a *CmdArgs) { a.StdinData = withKey(t, conf, "bridge", "this-name-is-far-too-long") }, CodeInvalidConfig, []string{"this-name-is-far-too-long"}},
+		{"bad mtu", func(a *CmdArgs) { a.StdinData = withKey(t, conf, "mtu", 10) }, CodeInvalidConfig, []string{"mtu"}},
+		{"bad ranges", func(a *CmdArgs) {
 			a.StdinData = withKey(t, conf, "ranges", [][]map[string]string{{{"subnet": "10.244.1.7/24"}}})
 		}, CodeInvalidConfig, []string{"host bits"}},
-		{"missing name", func(a *skel.CmdArgs) { a.StdinData = withKey(t, conf, "name", "") }, CodeInvalidConfig, []string{"name"}},
-		{"flannel delegate with ipam", func(a *skel.CmdArgs) { a.StdinData = n.flannelConf("1.0.0", `{"ipam":{}}`) }, CodeInvalidConfig, []string{"ipam"}},
+		{"missing name", func(a *CmdArgs) { a.StdinData = withKey(t, conf, "name", "") }, CodeInvalidConfig, []string{"name"}},
+		{"flannel delegate with ipam", func(a *CmdArgs) { a.StdinData = n.flannelConf("1.0.0", `{"ipam":{}}`) }, CodeInvalidConfig, []string{"ipam"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := args(pod, "fail", conf)
@@ -603,7 +599,7 @@ func TestLogFile(t *testing.T) {
 // echo the new veth (before 6.3).
 func TestLinkIndex(t *testing.T) {
 	pod := nettest.New(t)
-	podNS, err := ns.GetNS(pod.Path())
+	podNS, err := openNetNS(pod.Path())
 	if err != nil {
 		t.Fatal(err)
 	}

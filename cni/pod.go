@@ -2,13 +2,9 @@ package cni
 
 import (
 	"fmt"
-	"net"
 	"net/netip"
 	"syscall"
 
-	"github.com/containernetworking/cni/pkg/types"
-	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 
 	"github.com/nodenet/nodenet/ipam/hostlocal"
@@ -34,26 +30,26 @@ func familyGateways(allocs []hostlocal.Allocation) (v4, v6 netip.Addr) {
 // podRoutes are the routes ADD installs and reports: the configured ones
 // (the flannel network) for each family the pod has an address in, and
 // with defaultRoute a default route via the gateway.
-func podRoutes(n *network, allocs []hostlocal.Allocation) []*types.Route {
+func podRoutes(n *network, allocs []hostlocal.Allocation) []*Route {
 	v4, v6 := familyGateways(allocs)
-	has := func(ip net.IP) bool {
-		if ip.To4() != nil {
+	has := func(dst netip.Addr) bool {
+		if dst.Is4() {
 			return v4.IsValid()
 		}
 		return v6.IsValid()
 	}
-	var out []*types.Route
+	var out []*Route
 	for _, r := range n.routes {
-		if has(r.Dst.IP) {
+		if has(r.Dst.Addr()) {
 			out = append(out, r)
 		}
 	}
 	if n.defaultRoute {
 		if v4.IsValid() {
-			out = append(out, &types.Route{Dst: net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}, GW: v4.AsSlice()})
+			out = append(out, &Route{Dst: netip.PrefixFrom(netip.IPv4Unspecified(), 0), GW: v4})
 		}
 		if v6.IsValid() {
-			out = append(out, &types.Route{Dst: net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}, GW: v6.AsSlice()})
+			out = append(out, &Route{Dst: netip.PrefixFrom(netip.IPv6Unspecified(), 0), GW: v6})
 		}
 	}
 	return out
@@ -61,22 +57,22 @@ func podRoutes(n *network, allocs []hostlocal.Allocation) []*types.Route {
 
 // routeGateway is the next hop a route is installed with: its own, or the
 // gateway of its family.
-func routeGateway(r *types.Route, allocs []hostlocal.Allocation) net.IP {
-	if r.GW != nil {
+func routeGateway(r *Route, allocs []hostlocal.Allocation) netip.Addr {
+	if r.GW.IsValid() {
 		return r.GW
 	}
 	v4, v6 := familyGateways(allocs)
-	if r.Dst.IP.To4() != nil {
-		return v4.AsSlice()
+	if r.Dst.Addr().Is4() {
+		return v4
 	}
-	return v6.AsSlice()
+	return v6
 }
 
 // configurePod brings the pod end up with its addresses and routes, and
 // the pod's loopback up, in one netlink batch on a socket opened in the
 // pod's namespace (no thread stays switched into it; the DAD sysctl for
 // IPv6 is the exception, it has no netlink equivalent).
-func configurePod(podNS ns.NetNS, ifName string, index int, allocs []hostlocal.Allocation, routes []*types.Route) error {
+func configurePod(podNS *netNS, ifName string, index int, allocs []hostlocal.Allocation, routes []*Route) error {
 	if _, v6 := familyGateways(allocs); v6.IsValid() {
 		if err := disableDAD(podNS, ifName); err != nil {
 			return err
@@ -99,7 +95,7 @@ func configurePod(podNS ns.NetNS, ifName string, index int, allocs []hostlocal.A
 	}
 	for _, r := range routes {
 		gw := routeGateway(r, allocs)
-		b.add(routeRequest(index, r, gw), fmt.Sprintf("add route %s via %s on %s", r.Dst.String(), gw, ifName), unix.EEXIST)
+		b.add(routeRequest(index, r, gw), fmt.Sprintf("add route %s via %s on %s", r.Dst, gw, ifName), unix.EEXIST)
 	}
 	b.add(setUpRequest(loopbackIndex), "set lo up", 0)
 	_, err = b.send(s, 0)
@@ -108,15 +104,13 @@ func configurePod(podNS ns.NetNS, ifName string, index int, allocs []hostlocal.A
 
 // linkIndex looks a link up by name.
 func linkIndex(s *rtnlConn, name string) (int, error) {
-	req := nl.NewNetlinkRequest(unix.RTM_GETLINK, unix.NLM_F_ACK)
-	req.AddData(nl.NewIfInfomsg(unix.AF_UNSPEC))
-	req.AddData(nl.NewRtAttr(unix.IFLA_IFNAME, nl.ZeroTerminated(name)))
-	msgs, err := sendBatch(s, []*nl.NetlinkRequest{req}, []string{"look up " + name}, []syscall.Errno{0}, unix.RTM_NEWLINK)
+	req := newRequest(unix.RTM_GETLINK, unix.NLM_F_ACK).add(ifinfomsg(unix.AF_UNSPEC, 0, 0, 0)).attr(unix.IFLA_IFNAME, cstr(name))
+	msgs, err := sendBatch(s, []*request{req}, []string{"look up " + name}, []syscall.Errno{0}, unix.RTM_NEWLINK)
 	if err != nil {
 		return 0, err
 	}
 	if len(msgs) == 0 || len(msgs[0]) < unix.SizeofIfInfomsg {
 		return 0, fmt.Errorf("look up %s: no answer", name)
 	}
-	return int(nl.DeserializeIfInfomsg(msgs[0]).Index), nil
+	return int(int32(native.Uint32(msgs[0][4:]))), nil
 }

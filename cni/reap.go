@@ -6,7 +6,6 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 )
 
@@ -35,9 +34,7 @@ func ReapDoomed() error {
 // reapOnce deletes the doomed links in one request and reports whether
 // there were any.
 func reapOnce() (bool, error) {
-	req := nl.NewNetlinkRequest(unix.RTM_DELLINK, unix.NLM_F_ACK)
-	req.AddData(nl.NewIfInfomsg(unix.AF_UNSPEC))
-	req.AddData(nl.NewRtAttr(unix.IFLA_GROUP, nl.Uint32Attr(doomedGroup)))
+	req := newRequest(unix.RTM_DELLINK, unix.NLM_F_ACK).add(ifinfomsg(unix.AF_UNSPEC, 0, 0, 0)).attr(unix.IFLA_GROUP, u32(doomedGroup))
 	_, err := rtnlExec(req)
 	switch {
 	case err == nil:
@@ -114,12 +111,9 @@ func RunReaper() error {
 // doom takes a link down (cutting its veth peer off too) and moves it into
 // doomedGroup, in one request.
 func doom(c *rtnlConn, index int) error {
-	req := nl.NewNetlinkRequest(unix.RTM_NEWLINK, unix.NLM_F_ACK)
-	msg := nl.NewIfInfomsg(unix.AF_UNSPEC)
-	msg.Index = int32(index)
-	msg.Change = unix.IFF_UP // and Flags without IFF_UP: down
-	req.AddData(msg)
-	req.AddData(nl.NewRtAttr(unix.IFLA_GROUP, nl.Uint32Attr(doomedGroup)))
+	req := newRequest(unix.RTM_NEWLINK, unix.NLM_F_ACK).
+		add(ifinfomsg(unix.AF_UNSPEC, index, 0, unix.IFF_UP)). // change IFF_UP to off: down
+		attr(unix.IFLA_GROUP, u32(doomedGroup))
 	_, err := c.exec(req, 0)
 	return err
 }
@@ -132,7 +126,7 @@ func deadName() string {
 
 // rtnlExec runs one request on a socket of its own in the calling thread's
 // namespace.
-func rtnlExec(req *nl.NetlinkRequest) ([][]byte, error) {
+func rtnlExec(req *request) ([][]byte, error) {
 	c, err := rtnlSocket(nil)
 	if err != nil {
 		return nil, err

@@ -3,23 +3,18 @@ package cni
 import (
 	"encoding/binary"
 	"fmt"
-	"net"
 	"net/netip"
 	"runtime"
 	"slices"
 	"syscall"
 
-	"github.com/containernetworking/cni/pkg/types"
-	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 
 	"github.com/nodenet/nodenet/ipam/hostlocal"
 )
 
 // ADD's kernel work is a dozen rtnetlink requests; the netlink library
-// sends each on its own and waits for its answer. Requests that do not
+// would send each on its own and wait for its answer. Requests that do not
 // depend on each other's answers go here in one write instead: the kernel
 // processes a batch in order, within the send, and queues one answer per
 // request.
@@ -29,13 +24,28 @@ import (
 // answer then costs a park, an epoll wait on another thread and a wake-up,
 // which on a busy node adds up to a good part of a CNI command. A blocking
 // receive just waits in the kernel.
-type rtnlConn struct{ fd int }
+type rtnlConn struct {
+	fd int
+	// buf receives answers. One per socket, not per request: a fresh
+	// 64 KiB buffer per request was a good share of a command's
+	// allocations.
+	buf []byte
+}
+
+// rtnlBufSize fits any answer to the requests sent here (acks, and one
+// link for lookups and echoes); a larger one is reported, not cut short.
+const rtnlBufSize = 32 << 10
 
 // rtnlSocket opens a route netlink socket in the namespace of podNS, or in
-// the calling thread's namespace when podNS is nil.
-func rtnlSocket(podNS ns.NetNS) (*rtnlConn, error) {
+// the calling thread's namespace when podNS is nil. A socket PreparePod
+// opened in podNS is used instead, once.
+func rtnlSocket(podNS *netNS) (*rtnlConn, error) {
 	if podNS == nil {
 		return newRtnlConn()
+	}
+	if c := podNS.rtnl; c != nil {
+		podNS.rtnl = nil
+		return c, nil
 	}
 	var c *rtnlConn
 	err := inNetns(int(podNS.Fd()), func() (err error) {
@@ -86,74 +96,57 @@ func inNetns(nsFd int, fn func() error) error {
 
 func (c *rtnlConn) Close() { unix.Close(c.fd) }
 
-func (c *rtnlConn) receive(buf []byte) ([]syscall.NetlinkMessage, error) {
+// receive reads the next datagram of answers. The messages alias the
+// connection's buffer until the next receive.
+func (c *rtnlConn) receive() ([]syscall.NetlinkMessage, error) {
+	if c.buf == nil {
+		c.buf = make([]byte, rtnlBufSize)
+	}
 	for {
-		n, _, err := unix.Recvfrom(c.fd, buf, 0)
+		n, _, flags, _, err := unix.Recvmsg(c.fd, c.buf, nil, 0)
 		if err == unix.EINTR {
 			continue
 		}
 		if err != nil {
 			return nil, err
 		}
-		return syscall.ParseNetlinkMessage(buf[:n])
+		if flags&unix.MSG_TRUNC != 0 {
+			return nil, fmt.Errorf("netlink answer larger than %d bytes", len(c.buf))
+		}
+		return syscall.ParseNetlinkMessage(c.buf[:n])
 	}
 }
 
 // exec sends one request (with NLM_F_ACK) and waits for its answer; a
 // failure is the bare errno.
-func (c *rtnlConn) exec(req *nl.NetlinkRequest, echoType uint16) ([][]byte, error) {
-	return sendBatch(c, []*nl.NetlinkRequest{req}, []string{""}, []syscall.Errno{0}, echoType)
-}
-
-// getLink looks a link up by name (with index 0) or by index, and
-// decodes it as the netlink library does. A missing link is ENODEV.
-func (c *rtnlConn) getLink(name string, index int) (netlink.Link, error) {
-	req := nl.NewNetlinkRequest(unix.RTM_GETLINK, unix.NLM_F_ACK)
-	msg := nl.NewIfInfomsg(unix.AF_UNSPEC)
-	msg.Index = int32(index)
-	req.AddData(msg)
-	req.AddData(nl.NewRtAttr(unix.IFLA_EXT_MASK, nl.Uint32Attr(nl.RTEXT_FILTER_VF)))
-	if index == 0 {
-		if len(name) > 15 {
-			req.AddData(nl.NewRtAttr(unix.IFLA_ALT_IFNAME, nl.ZeroTerminated(name)))
-		} else {
-			req.AddData(nl.NewRtAttr(unix.IFLA_IFNAME, nl.ZeroTerminated(name)))
-		}
-	}
-	msgs, err := c.exec(req, unix.RTM_NEWLINK)
-	if err != nil {
-		return nil, err
-	}
-	if len(msgs) != 1 {
-		return nil, fmt.Errorf("look up link %q (index %d): %d answers", name, index, len(msgs))
-	}
-	return netlink.LinkDeserialize(nil, msgs[0])
+func (c *rtnlConn) exec(req *request, echoType uint16) ([][]byte, error) {
+	return sendBatch(c, []*request{req}, []string{""}, []syscall.Errno{0}, echoType)
 }
 
 // setLink changes a link's name (if name is set) and takes it down (if
 // down), in one request.
 func (c *rtnlConn) setLink(index int, name string, down bool) error {
-	req := nl.NewNetlinkRequest(unix.RTM_NEWLINK, unix.NLM_F_ACK)
-	msg := nl.NewIfInfomsg(unix.AF_UNSPEC)
-	msg.Index = int32(index)
+	var change uint32
 	if down {
-		msg.Change = unix.IFF_UP
+		change = unix.IFF_UP
 	}
-	req.AddData(msg)
+	req := newRequest(unix.RTM_NEWLINK, unix.NLM_F_ACK).add(ifinfomsg(unix.AF_UNSPEC, index, 0, change))
 	if name != "" {
-		req.AddData(nl.NewRtAttr(unix.IFLA_IFNAME, nl.ZeroTerminated(name)))
+		req.attr(unix.IFLA_IFNAME, cstr(name))
 	}
 	_, err := c.exec(req, 0)
 	return err
 }
 
+// setFlags sets the interface flags in mask to those in flags.
+func (c *rtnlConn) setFlags(index int, flags, mask uint32) error {
+	_, err := c.exec(newRequest(unix.RTM_NEWLINK, unix.NLM_F_ACK).add(ifinfomsg(unix.AF_UNSPEC, index, flags, mask)), 0)
+	return err
+}
+
 // delLink deletes a link by index.
 func (c *rtnlConn) delLink(index int) error {
-	req := nl.NewNetlinkRequest(unix.RTM_DELLINK, unix.NLM_F_ACK)
-	msg := nl.NewIfInfomsg(unix.AF_UNSPEC)
-	msg.Index = int32(index)
-	req.AddData(msg)
-	_, err := c.exec(req, 0)
+	_, err := c.exec(newRequest(unix.RTM_DELLINK, unix.NLM_F_ACK).add(ifinfomsg(unix.AF_UNSPEC, index, 0, 0)), 0)
 	return err
 }
 
@@ -162,12 +155,12 @@ func (c *rtnlConn) delLink(index int) error {
 // by what[i], and the bodies of any answers of type echoType (NLM_F_ECHO).
 // A request whose failure is in ignore[i] counts as done; one whose what[i]
 // is empty fails with the bare errno.
-func sendBatch(s *rtnlConn, reqs []*nl.NetlinkRequest, what []string, ignore []syscall.Errno, echoType uint16) ([][]byte, error) {
+func sendBatch(s *rtnlConn, reqs []*request, what []string, ignore []syscall.Errno, echoType uint16) ([][]byte, error) {
 	var buf []byte
 	pending := make(map[uint32]int, len(reqs))
 	for i, r := range reqs {
-		buf = append(buf, r.Serialize()...)
-		pending[r.Seq] = i
+		buf = append(buf, r.serialize()...)
+		pending[r.seq] = i
 	}
 	if err := unix.Sendto(s.fd, buf, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		return nil, fmt.Errorf("send netlink batch: %w", err)
@@ -175,9 +168,8 @@ func sendBatch(s *rtnlConn, reqs []*nl.NetlinkRequest, what []string, ignore []s
 	var echoes [][]byte
 	var first error
 	firstIdx := len(reqs)
-	rb := make([]byte, 1<<16)
 	for len(pending) > 0 {
-		msgs, err := s.receive(rb)
+		msgs, err := s.receive()
 		if err != nil {
 			return nil, fmt.Errorf("receive netlink answers: %w", err)
 		}
@@ -206,12 +198,12 @@ func sendBatch(s *rtnlConn, reqs []*nl.NetlinkRequest, what []string, ignore []s
 
 // batch collects requests for sendBatch.
 type batch struct {
-	reqs   []*nl.NetlinkRequest
+	reqs   []*request
 	what   []string
 	ignore []syscall.Errno
 }
 
-func (b *batch) add(r *nl.NetlinkRequest, what string, ignore syscall.Errno) {
+func (b *batch) add(r *request, what string, ignore syscall.Errno) {
 	b.reqs, b.what, b.ignore = append(b.reqs, r), append(b.what, what), append(b.ignore, ignore)
 }
 
@@ -220,37 +212,35 @@ func (b *batch) send(s *rtnlConn, echoType uint16) ([][]byte, error) {
 }
 
 // setUpRequest brings a link up.
-func setUpRequest(index int) *nl.NetlinkRequest {
-	req := nl.NewNetlinkRequest(unix.RTM_NEWLINK, unix.NLM_F_ACK)
-	msg := nl.NewIfInfomsg(unix.AF_UNSPEC)
-	msg.Index = int32(index)
-	msg.Flags, msg.Change = unix.IFF_UP, unix.IFF_UP
-	req.AddData(msg)
-	return req
+func setUpRequest(index int) *request {
+	return newRequest(unix.RTM_NEWLINK, unix.NLM_F_ACK).add(ifinfomsg(unix.AF_UNSPEC, index, unix.IFF_UP, unix.IFF_UP))
 }
 
 // addrRequest adds an allocation's address; IPv6 ones skip DAD, and IPv4
 // ones get the broadcast address, as iproute2 and the netlink library do.
-func addrRequest(index int, a hostlocal.Allocation) *nl.NetlinkRequest {
-	req := nl.NewNetlinkRequest(unix.RTM_NEWADDR, unix.NLM_F_CREATE|unix.NLM_F_EXCL|unix.NLM_F_ACK)
+func addrRequest(index int, a hostlocal.Allocation) *request {
 	ip := a.Address.Addr()
-	family := unix.AF_INET
+	req := newRequest(unix.RTM_NEWADDR, unix.NLM_F_CREATE|unix.NLM_F_EXCL|unix.NLM_F_ACK)
 	if ip.Is6() {
-		family = unix.AF_INET6
+		req.add(ifaddrmsg(unix.AF_INET6, uint8(a.Address.Bits()), unix.IFA_F_NODAD, index))
+	} else {
+		req.add(ifaddrmsg(unix.AF_INET, uint8(a.Address.Bits()), 0, index))
 	}
-	msg := nl.NewIfAddrmsg(family)
-	msg.Index = uint32(index)
-	msg.Prefixlen = uint8(a.Address.Bits())
-	if ip.Is6() {
-		msg.Flags = unix.IFA_F_NODAD
-	}
-	req.AddData(msg)
-	req.AddData(nl.NewRtAttr(unix.IFA_LOCAL, ip.AsSlice()))
-	req.AddData(nl.NewRtAttr(unix.IFA_ADDRESS, ip.AsSlice()))
+	req.attr(unix.IFA_LOCAL, ip.AsSlice()).attr(unix.IFA_ADDRESS, ip.AsSlice())
 	if ip.Is4() && a.Address.Bits() < 31 {
-		req.AddData(nl.NewRtAttr(unix.IFA_BROADCAST, broadcast(a.Address).AsSlice()))
+		req.attr(unix.IFA_BROADCAST, broadcast(a.Address).AsSlice())
 	}
 	return req
+}
+
+// addrDelRequest removes an address.
+func addrDelRequest(index int, p netip.Prefix) *request {
+	family := uint8(unix.AF_INET)
+	if p.Addr().Is6() {
+		family = unix.AF_INET6
+	}
+	return newRequest(unix.RTM_DELADDR, unix.NLM_F_ACK).add(ifaddrmsg(family, uint8(p.Bits()), 0, index)).
+		attr(unix.IFA_LOCAL, p.Addr().AsSlice()).attr(unix.IFA_ADDRESS, p.Addr().AsSlice())
 }
 
 func broadcast(p netip.Prefix) netip.Addr {
@@ -262,52 +252,47 @@ func broadcast(p netip.Prefix) netip.Addr {
 }
 
 // routeRequest adds a route out of index via gw.
-func routeRequest(index int, r *types.Route, gw net.IP) *nl.NetlinkRequest {
-	req := nl.NewNetlinkRequest(unix.RTM_NEWROUTE, unix.NLM_F_CREATE|unix.NLM_F_EXCL|unix.NLM_F_ACK)
-	msg := nl.NewRtMsg()
-	dst, _ := ipNetToPrefix(r.Dst)
-	msg.Family = unix.AF_INET
+func routeRequest(index int, r *Route, gw netip.Addr) *request {
+	dst := r.Dst
+	family := uint8(unix.AF_INET)
 	if dst.Addr().Is6() {
-		msg.Family = unix.AF_INET6
+		family = unix.AF_INET6
 	}
-	msg.Dst_len = uint8(dst.Bits())
+	var scope uint8
 	if r.Scope != nil {
-		msg.Scope = uint8(*r.Scope)
+		scope = uint8(*r.Scope)
 	}
 	table := unix.RT_TABLE_MAIN
 	if r.Table != nil {
 		table = *r.Table
 	}
+	hdrTable := uint8(unix.RT_TABLE_UNSPEC)
 	if table < 256 {
-		msg.Table = uint8(table)
-	} else {
-		msg.Table = unix.RT_TABLE_UNSPEC
+		hdrTable = uint8(table)
 	}
-	req.AddData(msg)
+	req := newRequest(unix.RTM_NEWROUTE, unix.NLM_F_CREATE|unix.NLM_F_EXCL|unix.NLM_F_ACK).add(rtmsg(family, uint8(dst.Bits()), hdrTable, scope))
 	if dst.Bits() > 0 {
-		req.AddData(nl.NewRtAttr(unix.RTA_DST, dst.Addr().AsSlice()))
+		req.attr(unix.RTA_DST, dst.Addr().AsSlice())
 	}
 	if table >= 256 {
-		req.AddData(nl.NewRtAttr(unix.RTA_TABLE, nl.Uint32Attr(uint32(table))))
+		req.attr(unix.RTA_TABLE, u32(uint32(table)))
 	}
-	if gw != nil {
-		if g, ok := netip.AddrFromSlice(gw); ok {
-			req.AddData(nl.NewRtAttr(unix.RTA_GATEWAY, g.Unmap().AsSlice()))
-		}
+	if gw.IsValid() {
+		req.attr(unix.RTA_GATEWAY, gw.Unmap().AsSlice())
 	}
-	req.AddData(nl.NewRtAttr(unix.RTA_OIF, nl.Uint32Attr(uint32(index))))
+	req.attr(unix.RTA_OIF, u32(uint32(index)))
 	if r.Priority > 0 {
-		req.AddData(nl.NewRtAttr(unix.RTA_PRIORITY, nl.Uint32Attr(uint32(r.Priority))))
+		req.attr(unix.RTA_PRIORITY, u32(uint32(r.Priority)))
 	}
 	if r.MTU > 0 || r.AdvMSS > 0 {
-		metrics := nl.NewRtAttr(unix.RTA_METRICS, nil)
-		if r.MTU > 0 {
-			metrics.AddRtAttr(unix.RTAX_MTU, nl.Uint32Attr(uint32(r.MTU)))
-		}
-		if r.AdvMSS > 0 {
-			metrics.AddRtAttr(unix.RTAX_ADVMSS, nl.Uint32Attr(uint32(r.AdvMSS)))
-		}
-		req.AddData(metrics)
+		req.nested(unix.RTA_METRICS, func() {
+			if r.MTU > 0 {
+				req.attr(unix.RTAX_MTU, u32(uint32(r.MTU)))
+			}
+			if r.AdvMSS > 0 {
+				req.attr(unix.RTAX_ADVMSS, u32(uint32(r.AdvMSS)))
+			}
+		})
 	}
 	return req
 }

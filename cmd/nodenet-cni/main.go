@@ -10,16 +10,20 @@
 //
 // A cgo build links libc dynamically (package net), and the dynamic loader
 // alone then costs about a millisecond per exec, a third of an ADD.
+//
+// A plugin process lives for one command, so its start-up is a good part
+// of every ADD and DEL: the binary links neither the reference library's
+// skel nor its result types (see package cni).
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
 	"syscall"
-
-	"github.com/containernetworking/cni/pkg/skel"
 
 	"github.com/nodenet/nodenet/cni"
 )
@@ -28,6 +32,33 @@ const about = "nodenet-cni: cni0 bridge + veth + in-process host-local IPAM for 
 
 // envReap marks a reaper process (see spawnReaper).
 const envReap = "NODENET_CNI_REAP"
+
+func init() {
+	// No allocation profile: nothing reads it, and its first sample, due
+	// within the process's life, walks the stack through pages of the
+	// binary that would otherwise never be faulted in.
+	runtime.MemProfileRate = 0
+}
+
+// pod is the pod namespace of an ADD or DEL, opened during package
+// initialization: the runtime keeps this goroutine on the main thread
+// until main starts, so the namespace switch needs no LockOSThread and no
+// extra thread (see cni.PreparePod).
+var pod = preparePod()
+
+func preparePod() *cni.PreparedPod {
+	if cmd := os.Getenv("CNI_COMMAND"); (cmd != "ADD" && cmd != "DEL") || os.Getenv(envReap) != "" {
+		return nil
+	}
+	pp, err := cni.PreparePod(os.Getenv("CNI_NETNS"))
+	if err != nil {
+		// This thread is stuck in the pod's namespace: nothing may run.
+		b, _ := json.Marshal(cni.AsWireError(err))
+		os.Stdout.Write(b)
+		os.Exit(1)
+	}
+	return pp
+}
 
 func main() {
 	if os.Getenv(envReap) != "" {
@@ -38,31 +69,9 @@ func main() {
 		return
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	p := &cni.Plugin{Log: log, Reaper: spawnReaper}
+	p := &cni.Plugin{Log: log, Reaper: spawnReaper, Prepared: pod}
 	installTestHooks(p)
-	ctx := context.Background()
-	skel.PluginMainFuncs(skel.CNIFuncs{
-		Add: func(args *skel.CmdArgs) error {
-			res, err := p.Add(ctx, args)
-			if err != nil {
-				return cni.AsTypesError(err)
-			}
-			return res.Print()
-		},
-		Del:    func(args *skel.CmdArgs) error { return wire(p.Del(ctx, args)) },
-		Check:  func(args *skel.CmdArgs) error { return wire(p.Check(ctx, args)) },
-		GC:     func(args *skel.CmdArgs) error { return wire(p.GC(ctx, args)) },
-		Status: func(args *skel.CmdArgs) error { return wire(p.Status(ctx, args)) },
-	}, cni.SupportedVersions, about)
-}
-
-// wire turns an error into the CNI error object skel prints; a nil
-// *types.Error must not become a non-nil error.
-func wire(err error) error {
-	if err == nil {
-		return nil
-	}
-	return cni.AsTypesError(err)
+	os.Exit(p.Main(context.Background(), os.Getenv, os.Stdin, os.Stdout, os.Stderr, about))
 }
 
 // spawnReaper makes sure a reaper deletes the veth pairs DEL has cut off,

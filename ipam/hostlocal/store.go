@@ -55,7 +55,7 @@ func Open(dataDir, network string) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("create store %s: %w", dir, err)
 	}
-	lock, err := os.OpenFile(filepath.Join(dir, lockName), os.O_RDONLY|os.O_CREATE, 0o644)
+	lock, err := openFile(filepath.Join(dir, lockName), unix.O_RDONLY|unix.O_CREAT, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open store lock: %w", err)
 	}
@@ -111,7 +111,7 @@ func ownerKey(containerID, ifName string) string {
 // scan reads every reservation. Files whose name is not an address (the
 // lock, last_reserved_ip.N, anything foreign) are not reservations.
 func (s *Store) scan() ([]Reservation, error) {
-	entries, err := os.ReadDir(s.dir)
+	entries, err := readDir(s.dir)
 	if err != nil {
 		return nil, fmt.Errorf("read store %s: %w", s.dir, err)
 	}
@@ -126,7 +126,7 @@ func (s *Store) scan() ([]Reservation, error) {
 		if !ok {
 			continue
 		}
-		data, err := os.ReadFile(filepath.Join(s.dir, e.Name()))
+		data, err := readFile(filepath.Join(s.dir, e.Name()))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
@@ -202,7 +202,7 @@ func (s *Store) reserve(ip netip.Addr, containerID, ifName string) (bool, error)
 		// No RENAME_NOREPLACE on this file system: create instead.
 		break
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := openFile(path, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o600)
 	if errors.Is(err, fs.ErrExist) {
 		return false, nil
 	}
@@ -224,7 +224,7 @@ func (s *Store) reserve(ip netip.Addr, containerID, ifName string) (bool, error)
 // O_TRUNC (or rename over the file) it does not make ext4 flush the file
 // on close (auto_da_alloc), which would cost as much as a new inode.
 func overwrite(path string, content []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	f, err := openFile(path, unix.O_WRONLY, 0)
 	if err != nil {
 		return err
 	}
@@ -253,7 +253,7 @@ func (s *Store) release(ip netip.Addr) error {
 }
 
 func (s *Store) lastReserved(set int) netip.Addr {
-	data, err := os.ReadFile(filepath.Join(s.dir, fmt.Sprintf("%s%d", lastReservedPrefix, set)))
+	data, err := readFile(filepath.Join(s.dir, fmt.Sprintf("%s%d", lastReservedPrefix, set)))
 	if err != nil {
 		return netip.Addr{}
 	}
@@ -271,7 +271,7 @@ func (s *Store) setLastReserved(set int, ip netip.Addr) error {
 	path := filepath.Join(s.dir, fmt.Sprintf("%s%d", lastReservedPrefix, set))
 	err := overwrite(path, []byte(ip.String()))
 	if errors.Is(err, fs.ErrNotExist) {
-		err = os.WriteFile(path, []byte(ip.String()), 0o600)
+		err = writeFile(path, []byte(ip.String()), 0o600)
 	}
 	if err != nil {
 		return fmt.Errorf("record last reserved address: %w", err)

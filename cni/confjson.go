@@ -1,0 +1,381 @@
+package cni
+
+import (
+	"bytes"
+	"encoding/json"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// encoding/json decodes by reflection, and the first decode of a type in
+// a process pays for walking it: 0.1-0.2 ms of every CNI command, whose
+// process decodes one configuration and exits. decodeConf takes a faster
+// path for what configurations usually hold: it scans the top-level object
+// itself and sets string, number and boolean keys directly; only nested
+// values (dns, ranges, delegate, prevResult...) go to encoding/json, one
+// value at a time. Whatever the scan is unsure of — invalid JSON, a value
+// of an unexpected type, an escaped or non-ASCII string, a key that only
+// matches case-insensitively, a repeated key — hands the whole document to
+// encoding/json, so the outcome, errors included, is always encoding/json's.
+
+// decodeConf decodes a network configuration into c, exactly as
+// json.Unmarshal does.
+func decodeConf(data []byte, c *NetConf) error {
+	if fastDecodeConf(data, c) {
+		return nil
+	}
+	*c = NetConf{}
+	return json.Unmarshal(data, c)
+}
+
+// confField sets one top-level key; false means "let encoding/json do it".
+type confField struct {
+	key string
+	set func(c *NetConf, raw []byte) bool
+}
+
+var confFields = []confField{
+	{"cniVersion", setString(func(c *NetConf) *string { return &c.CNIVersion })},
+	{"name", setString(func(c *NetConf) *string { return &c.Name })},
+	{"type", setString(func(c *NetConf) *string { return &c.Type })},
+	{"subnetFile", setString(func(c *NetConf) *string { return &c.SubnetFile })},
+	{"dataDir", setString(func(c *NetConf) *string { return &c.DataDir })},
+	{"bridge", setString(func(c *NetConf) *string { return &c.Bridge })},
+	{"logFile", setString(func(c *NetConf) *string { return &c.LogFile })},
+	{"mtu", setInt(func(c *NetConf) *int { return &c.MTU })},
+	{"ipMasq", setBool(func(c *NetConf) *bool { return &c.IPMasq })},
+	{"forceAddress", setBool(func(c *NetConf) *bool { return &c.ForceAddress })},
+	{"hairpinMode", setBoolPtr(func(c *NetConf) **bool { return &c.HairpinMode })},
+	{"isDefaultGateway", setBoolPtr(func(c *NetConf) **bool { return &c.IsDefaultGateway })},
+	{"dns", setNested(func(c *NetConf) any { return &c.DNS })},
+	{"prevResult", setNested(func(c *NetConf) any { return &c.RawPrevResult })},
+	{validAttachmentsKey, setNested(func(c *NetConf) any { return &c.ValidAttachments })},
+	{legacyAttachmentsKey, setNested(func(c *NetConf) any { return &c.LegacyAttachments })},
+	{"ranges", setNested(func(c *NetConf) any { return &c.Ranges })},
+	{"delegate", setNested(func(c *NetConf) any { return &c.Delegate })},
+	{"ipam", setNested(func(c *NetConf) any { return &c.IPAM })},
+	{"args", setNested(func(c *NetConf) any { return &c.Args })},
+	{"runtimeConfig", setNested(func(c *NetConf) any { return &c.RuntimeConfig })},
+}
+
+// fastDecodeConf is decodeConf's fast path; false leaves c half set.
+func fastDecodeConf(data []byte, c *NetConf) bool {
+	var seen uint64
+	s := &jsonScanner{b: data}
+	return s.object(func(key, val []byte) bool {
+		if !plainASCII(key) {
+			return false // encoding/json unescapes and case-folds keys
+		}
+		i := confFieldIndex(string(key))
+		switch {
+		case i < 0:
+			return !matchesFieldFolded(string(key)) // encoding/json would take it
+		case seen&(1<<i) != 0:
+			return false
+		}
+		seen |= 1 << i
+		return confFields[i].set(c, val)
+	}) && s.end()
+}
+
+func confFieldIndex(key string) int {
+	for i, f := range confFields {
+		if f.key == key {
+			return i
+		}
+	}
+	return -1
+}
+
+func matchesFieldFolded(key string) bool {
+	for _, f := range confFields {
+		if strings.EqualFold(f.key, key) {
+			return true
+		}
+	}
+	return false
+}
+
+func setString(field func(*NetConf) *string) func(*NetConf, []byte) bool {
+	return func(c *NetConf, raw []byte) bool {
+		s, ok := plainString(raw)
+		if ok {
+			*field(c) = s
+		}
+		return ok
+	}
+}
+
+func setInt(field func(*NetConf) *int) func(*NetConf, []byte) bool {
+	return func(c *NetConf, raw []byte) bool {
+		for i, ch := range raw {
+			if (ch < '0' || ch > '9') && !(i == 0 && ch == '-') {
+				return false // fractions and exponents: encoding/json decides
+			}
+		}
+		n, err := strconv.Atoi(string(raw))
+		if err == nil {
+			*field(c) = n
+		}
+		return err == nil
+	}
+}
+
+func setBool(field func(*NetConf) *bool) func(*NetConf, []byte) bool {
+	return func(c *NetConf, raw []byte) bool {
+		b, ok := plainBool(raw)
+		if ok {
+			*field(c) = b
+		}
+		return ok
+	}
+}
+
+func setBoolPtr(field func(*NetConf) **bool) func(*NetConf, []byte) bool {
+	return func(c *NetConf, raw []byte) bool {
+		b, ok := plainBool(raw)
+		if ok {
+			*field(c) = &b
+		}
+		return ok
+	}
+}
+
+func setNested(field func(*NetConf) any) func(*NetConf, []byte) bool {
+	return func(c *NetConf, raw []byte) bool {
+		return json.Unmarshal(raw, field(c)) == nil
+	}
+}
+
+func plainBool(raw []byte) (bool, bool) {
+	switch string(raw) {
+	case "true":
+		return true, true
+	case "false":
+		return false, true
+	}
+	return false, false
+}
+
+// plainString decodes a JSON string without escapes and of ASCII only,
+// the only kind whose decoding is just dropping the quotes.
+func plainString(raw []byte) (string, bool) {
+	if len(raw) < 2 || raw[0] != '"' {
+		return "", false
+	}
+	body := raw[1 : len(raw)-1]
+	if !plainASCII(body) {
+		return "", false
+	}
+	return string(body), true
+}
+
+func plainASCII(b []byte) bool {
+	for _, ch := range b {
+		if ch == '\\' || ch >= utf8.RuneSelf {
+			return false
+		}
+	}
+	return true
+}
+
+// jsonScanner checks JSON syntax and cuts out raw values. Anything it
+// does not accept is left to encoding/json.
+type jsonScanner struct {
+	b []byte
+	i int
+}
+
+func (s *jsonScanner) space() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+func (s *jsonScanner) peek() byte {
+	s.space()
+	if s.i < len(s.b) {
+		return s.b[s.i]
+	}
+	return 0
+}
+
+// end reports whether only white space is left.
+func (s *jsonScanner) end() bool { return s.peek() == 0 && s.i == len(s.b) }
+
+// object scans an object, calling member with each key (raw, without
+// quotes) and value (raw); it stops at the first false.
+func (s *jsonScanner) object(member func(key, val []byte) bool) bool {
+	if s.peek() != '{' {
+		return false
+	}
+	s.i++
+	if s.peek() == '}' {
+		s.i++
+		return true
+	}
+	for {
+		key, ok := s.str()
+		if !ok || s.peek() != ':' {
+			return false
+		}
+		s.i++
+		val, ok := s.value()
+		if !ok || !member(key[1:len(key)-1], val) {
+			return false
+		}
+		switch s.peek() {
+		case ',':
+			s.i++
+		case '}':
+			s.i++
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// value scans any value and returns it raw.
+func (s *jsonScanner) value() ([]byte, bool) {
+	start := s.i
+	var ok bool
+	switch c := s.peek(); {
+	case c == '{':
+		start = s.i
+		ok = s.object(func(_, _ []byte) bool { return true })
+	case c == '[':
+		start = s.i
+		ok = s.array()
+	case c == '"':
+		return s.str()
+	case c == '-' || c >= '0' && c <= '9':
+		start = s.i
+		ok = s.number()
+	case c == 't', c == 'f', c == 'n':
+		start = s.i
+		ok = s.literal()
+	}
+	return s.b[start:s.i], ok
+}
+
+func (s *jsonScanner) array() bool {
+	s.i++ // '['
+	if s.peek() == ']' {
+		s.i++
+		return true
+	}
+	for {
+		if _, ok := s.value(); !ok {
+			return false
+		}
+		switch s.peek() {
+		case ',':
+			s.i++
+		case ']':
+			s.i++
+			return true
+		default:
+			return false
+		}
+	}
+}
+
+// str scans a string and returns it raw, quotes included. Escapes are
+// checked for form only; control characters are refused, as JSON does.
+func (s *jsonScanner) str() ([]byte, bool) {
+	if s.peek() != '"' {
+		return nil, false
+	}
+	start := s.i
+	s.i++
+	for s.i < len(s.b) {
+		switch c := s.b[s.i]; {
+		case c == '"':
+			s.i++
+			return s.b[start:s.i], true
+		case c < 0x20:
+			return nil, false
+		case c == '\\':
+			if !s.escape() {
+				return nil, false
+			}
+		default:
+			s.i++
+		}
+	}
+	return nil, false
+}
+
+// escape scans a backslash escape: \" \\ \/ \b \f \n \r \t or \u and four
+// hex digits.
+func (s *jsonScanner) escape() bool {
+	if s.i+1 >= len(s.b) {
+		return false
+	}
+	c := s.b[s.i+1]
+	s.i += 2
+	if c != 'u' {
+		return strings.IndexByte(`"\/bfnrt`, c) >= 0
+	}
+	if s.i+4 > len(s.b) {
+		return false
+	}
+	for _, h := range s.b[s.i : s.i+4] {
+		if !(h >= '0' && h <= '9' || h >= 'a' && h <= 'f' || h >= 'A' && h <= 'F') {
+			return false
+		}
+	}
+	s.i += 4
+	return true
+}
+
+// number scans a JSON number (-?int frac? exp?); the integer part has no
+// leading zero.
+func (s *jsonScanner) number() bool {
+	if s.i < len(s.b) && s.b[s.i] == '-' {
+		s.i++
+	}
+	start := s.i
+	if !s.digits() || s.b[start] == '0' && s.i-start > 1 {
+		return false
+	}
+	if s.i < len(s.b) && s.b[s.i] == '.' {
+		s.i++
+		if !s.digits() {
+			return false
+		}
+	}
+	if s.i < len(s.b) && (s.b[s.i] == 'e' || s.b[s.i] == 'E') {
+		s.i++
+		if s.i < len(s.b) && (s.b[s.i] == '+' || s.b[s.i] == '-') {
+			s.i++
+		}
+		return s.digits()
+	}
+	return true
+}
+
+func (s *jsonScanner) digits() bool {
+	start := s.i
+	for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
+		s.i++
+	}
+	return s.i > start
+}
+
+func (s *jsonScanner) literal() bool {
+	for _, lit := range []string{"true", "false", "null"} {
+		if bytes.HasPrefix(s.b[s.i:], []byte(lit)) {
+			s.i += len(lit)
+			return true
+		}
+	}
+	return false
+}
