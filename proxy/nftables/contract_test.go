@@ -70,6 +70,8 @@ func contractSteps(fam proxy.Family) []contractStep {
 			append(append([]*proxy.ServicePort{}, svcs[:5]...), append([]*proxy.ServicePort{&sticky2}, svcs[6:]...)...)...)},
 		{name: "full sync converges", sync: sync(full, svcs...)},
 		{name: "full sync again", sync: sync(full, svcs...)},
+		{name: "someone else's map and set in our table", script: "add map " + T + " stale-map { type inet_service : verdict ; }\nadd set " + T + " stale-set { type inet_service ; }\n"},
+		{name: "full sync deletes them", sync: sync(full, svcs...)},
 		{name: "jump to a missing chain", script: "add chain " + T + " t1\nadd rule " + T + " t1 jump nope\n", wantErr: msgNoEnt},
 		{name: "element naming a missing chain", script: "add element " + T + " service-ips { " + key + " : goto nope }\n", wantErr: msgNoEnt},
 		{name: "deleting a missing element", script: "delete element " + T + " service-ips { " + key + " }\n", wantErr: msgNoEnt},

@@ -632,7 +632,7 @@ func stmtAllowed(base *FakeChain, rule string) string {
 }
 
 // List implements Runner for the listings the Proxier and tests use:
-// "list table F T", "list chains F" and "-t list sets F".
+// "list table F T", "list chains F", "-t list sets F" and "-t list maps F".
 func (f *Fake) List(_ context.Context, args ...string) ([]byte, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -644,7 +644,7 @@ func (f *Fake) List(_ context.Context, args ...string) ([]byte, error) {
 			return nil, &Error{Stderr: "Error: No such file or directory\nlist table " + a[2] + " " + a[3], Err: errFake}
 		}
 		return []byte(t.dump()), nil
-	case len(a) == 3 && a[0] == "list" && (a[1] == "chains" || a[1] == "sets"):
+	case len(a) == 3 && a[0] == "list" && (a[1] == "chains" || a[1] == "sets" || a[1] == "maps"):
 		var sb strings.Builder
 		for _, key := range f.order {
 			t := f.tables[key]
@@ -657,12 +657,11 @@ func (f *Fake) List(_ context.Context, args ...string) ([]byte, error) {
 					fmt.Fprintf(&sb, "\tchain %s {\n\t}\n", c)
 				}
 			} else {
+				// Like nft: "list sets" shows sets only, "list maps" maps.
 				for _, n := range t.setOrder {
-					kw := "set"
-					if t.sets[n].isMap {
-						kw = "map"
+					if t.sets[n].isMap == (a[1] == "maps") {
+						fmt.Fprintf(&sb, "\t%s %s {\n\t}\n", strings.TrimSuffix(a[1], "s"), n)
 					}
-					fmt.Fprintf(&sb, "\t%s %s {\n\t}\n", kw, n)
 				}
 			}
 			sb.WriteString("}\n")

@@ -582,16 +582,16 @@ func (p *Proxier) existing(ctx context.Context) ([]string, []setDef, error) {
 		return nil, nil, fmt.Errorf("list nftables chains: %w", err)
 	}
 	chains := objectNames(out, fam, "chain")
-	out, err = p.runner.List(ctx, "-t", "list", "sets", fam)
-	if err != nil {
-		return nil, nil, fmt.Errorf("list nftables sets: %w", err)
-	}
+	// `list sets` leaves maps out; they have their own listing.
 	var sets []setDef
-	for _, s := range objectNames(out, fam, "set") {
-		sets = append(sets, setDef{name: s})
-	}
-	for _, s := range objectNames(out, fam, "map") {
-		sets = append(sets, setDef{name: s, isMap: true})
+	for _, kind := range []string{"set", "map"} {
+		out, err = p.runner.List(ctx, "-t", "list", kind+"s", fam)
+		if err != nil {
+			return nil, nil, fmt.Errorf("list nftables %ss: %w", kind, err)
+		}
+		for _, s := range objectNames(out, fam, kind) {
+			sets = append(sets, setDef{name: s, isMap: kind == "map"})
+		}
 	}
 	return chains, sets, nil
 }
