@@ -79,12 +79,12 @@ func randName() string {
 
 // upCluster runs `nodenet up` as a real process and returns the admin
 // kubeconfig; cleanup stops it and checks nothing is left behind.
-func upCluster(t *testing.T, backend string) (name, dir, bin string) {
+func upCluster(t *testing.T, backend, proxyMode string) (name, dir, bin string) {
 	nettest.RequirePrivileged(t)
 	bin = filepath.Join(binaries(t), "nodenet")
 	name, dir = randName(), t.TempDir()
 	out := &syncBuf{}
-	cmd := exec.Command(bin, "up", "--nodes", "3", "--backend", backend, "--dir", dir, "--name", name, "--api-port", "0")
+	cmd := exec.Command(bin, "up", "--nodes", "3", "--backend", backend, "--dir", dir, "--name", name, "--api-port", "0", "--proxy-mode", proxyMode)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -165,7 +165,7 @@ func checkNothingLeft(t *testing.T, name, bin string) {
 func TestUpPodsConnectDown(t *testing.T) {
 	for _, backend := range []string{"host-gw", "vxlan"} {
 		t.Run(backend, func(t *testing.T) {
-			name, dir, bin := upCluster(t, backend)
+			name, dir, bin := upCluster(t, backend, "iptables")
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			cs, err := cluster.Client(filepath.Join(dir, "admin.kubeconfig"))
@@ -208,6 +208,28 @@ func TestUpPodsConnectDown(t *testing.T) {
 			t.Run("delete releases IP and netns", func(t *testing.T) { deletePod(t, ctx, cs, dir, pods[0]) })
 			t.Run("agent kill -9 keeps pods", func(t *testing.T) { killAgent(t, ctx, cs, dir, bin, name, pods[1:]) })
 		})
+	}
+}
+
+// TestUpNFTablesDemo runs the demo's checks (every pod pair, a Service by
+// ClusterIP from every pod and by NodePort on every node) on a cluster
+// whose proxies use the nftables data plane; `make run` covers iptables.
+func TestUpNFTablesDemo(t *testing.T) {
+	_, dir, bin := upCluster(t, "vxlan", "nftables")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	kubeconfig := filepath.Join(dir, "admin.kubeconfig")
+	cs, err := cluster.Client(kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	fails, err := cluster.RunDemo(ctx, cs, cluster.DemoOptions{Binary: bin, Kubeconfig: kubeconfig, Nodes: 3, Pods: 4, Out: &out})
+	if err != nil || fails != 0 {
+		t.Fatalf("demo on nftables: %d failed checks, err %v\n%s", fails, err, out.String())
+	}
+	if !strings.Contains(out.String(), "(service) answered by echo-") {
+		t.Fatalf("the demo checked no Service traffic:\n%s", out.String())
 	}
 }
 
