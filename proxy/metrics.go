@@ -21,6 +21,7 @@ type Metrics struct {
 	ConntrackDeleted   prometheus.Counter
 	ConntrackFailures  prometheus.Counter
 	LastSync           prometheus.Gauge
+	StateRepairs       *prometheus.CounterVec // mode, family: full syncs forced by a failed integrity check
 }
 
 // NewMetrics creates and registers the metrics on a fresh registry (which
@@ -63,9 +64,12 @@ func NewMetrics() *Metrics {
 		LastSync: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "nodenet_proxy_last_sync_timestamp_seconds", Help: "Unix time of the last successful sync.",
 		}),
+		StateRepairs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodenet_proxy_state_repairs_total", Help: "Full syncs forced because the data plane's kernel state had been removed by someone else.",
+		}, []string{"mode", "family"}),
 	}
 	reg.MustRegister(m.SyncDuration, m.ProgrammingLatency, m.PendingChanges, m.SyncFailures,
-		m.RulesProgrammed, m.RulesWritten, m.InvalidInput, m.ConntrackDeleted, m.ConntrackFailures, m.LastSync,
+		m.RulesProgrammed, m.RulesWritten, m.InvalidInput, m.ConntrackDeleted, m.ConntrackFailures, m.LastSync, m.StateRepairs,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

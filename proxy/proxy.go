@@ -34,6 +34,10 @@ type Config struct {
 	MinSyncPeriod time.Duration
 	SyncPeriod    time.Duration
 	SyncBurst     int
+	// IntegrityCheckPeriod is how often data planes that implement
+	// IntegrityChecker are asked whether their state is still there;
+	// default 30s (kube-proxy's canary period), negative: never.
+	IntegrityCheckPeriod time.Duration
 
 	// Conntrack deletes stale UDP flows (nil: no cleanup).
 	Conntrack Conntrack
@@ -77,6 +81,9 @@ func New(cfg Config, planes map[Family]DataPlane) (*Proxy, error) {
 	}
 	if cfg.MinSyncPeriod == 0 {
 		cfg.MinSyncPeriod = time.Second
+	}
+	if cfg.IntegrityCheckPeriod == 0 {
+		cfg.IntegrityCheckPeriod = 30 * time.Second
 	}
 	if cfg.SyncPeriod == 0 {
 		cfg.SyncPeriod = time.Hour
@@ -150,6 +157,12 @@ func (p *Proxy) RunLoop(ctx context.Context) {
 	bucket := newBucket(p.cfg.SyncBurst, p.cfg.MinSyncPeriod)
 	periodic := time.NewTicker(p.cfg.SyncPeriod)
 	defer periodic.Stop()
+	var integrity <-chan time.Time
+	if p.cfg.IntegrityCheckPeriod > 0 {
+		tick := time.NewTicker(p.cfg.IntegrityCheckPeriod)
+		defer tick.Stop()
+		integrity = tick.C
+	}
 	var retry <-chan time.Time
 	full := false
 	p.nudge() // the first sync runs even with nothing to track
@@ -159,6 +172,11 @@ func (p *Proxy) RunLoop(ctx context.Context) {
 			return
 		case <-p.nudgeCh:
 		case <-periodic.C:
+			full = true
+		case <-integrity:
+			if p.intact(ctx) {
+				continue
+			}
 			full = true
 		case <-retry:
 			retry = nil
@@ -185,6 +203,30 @@ func (p *Proxy) RunLoop(ctx context.Context) {
 			full = false
 		}
 	}
+}
+
+// intact asks every data plane that can tell whether its state is still in
+// the kernel; an error counts as intact (the next check asks again).
+func (p *Proxy) intact(ctx context.Context) bool {
+	p.syncMu.Lock()
+	defer p.syncMu.Unlock()
+	ok := true
+	for _, f := range p.fams {
+		ic, can := p.planes[f].(IntegrityChecker)
+		if !can {
+			continue
+		}
+		good, err := ic.Intact(ctx)
+		switch {
+		case err != nil:
+			p.log.Debug("integrity check failed", "mode", p.planes[f].Name(), "family", f, "err", err)
+		case !good:
+			p.log.Warn("data-plane state was removed behind the proxy's back; repairing with a full sync", "mode", p.planes[f].Name(), "family", f)
+			p.metrics.StateRepairs.WithLabelValues(p.planes[f].Name(), f.String()).Inc()
+			ok = false
+		}
+	}
+	return ok
 }
 
 // SyncNow runs one sync immediately (tests and benchmarks call it directly;

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -445,5 +446,48 @@ func TestProgrammingLatencyFromTriggerTime(t *testing.T) {
 	}
 	if d.Histogram.GetSampleCount() != 1 || d.Histogram.GetSampleSum() < 3 {
 		t.Errorf("latency samples %d sum %.2fs, want 1 sample ≥ 3s (from the annotation)", d.Histogram.GetSampleCount(), d.Histogram.GetSampleSum())
+	}
+}
+
+// damagedPlane reports its state gone once, like a data plane whose table
+// was flushed by a firewall reload.
+type damagedPlane struct {
+	*recordingPlane
+	damaged atomic.Bool
+}
+
+func (d *damagedPlane) Intact(context.Context) (bool, error) { return !d.damaged.Swap(false), nil }
+
+func TestIntegrityCheckForcesFullSync(t *testing.T) {
+	d := &damagedPlane{recordingPlane: &recordingPlane{}}
+	p, err := New(Config{NodeName: "n1", IntegrityCheckPeriod: 20 * time.Millisecond, MinSyncPeriod: time.Millisecond}, map[Family]DataPlane{IPv4: d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); p.RunLoop(ctx) }()
+	defer func() { cancel(); <-done }()
+	syncs := func() int { d.mu.Lock(); defer d.mu.Unlock(); return len(d.syncs) }
+	waitSyncs := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); syncs() != n; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d syncs, want %d", syncs(), n)
+			}
+		}
+	}
+	waitSyncs(1)
+	time.Sleep(100 * time.Millisecond) // intact checks pass: no more syncs
+	if n := syncs(); n != 1 {
+		t.Fatalf("%d syncs while the state was intact, want 1", n)
+	}
+	d.damaged.Store(true)
+	waitSyncs(2)
+	if _, cs := d.last(); !cs.Full {
+		t.Errorf("repair sync was not full: %+v", cs)
+	}
+	if got := metricValue(p.Metrics().StateRepairs.WithLabelValues("recording", "IPv4")); got != 1 {
+		t.Errorf("state repairs metric = %v, want 1", got)
 	}
 }

@@ -277,6 +277,17 @@ type SyncResult struct {
 // DataPlane turns snapshots into kernel state for one IP family. The core
 // calls Sync from one goroutine only, never concurrently with itself or with
 // Cleanup.
+// IntegrityChecker is implemented by data planes that can tell cheaply
+// whether their kernel state is still in place: a firewall reload or an
+// admin's `nft flush ruleset` removes it behind the proxy's back, and
+// partial syncs would not notice until the next full sync (an hour by
+// default). The core polls it (Config.IntegrityCheckPeriod) and repairs
+// with a full sync. Like kube-proxy's canary chains.
+type IntegrityChecker interface {
+	// Intact reports false when state the last sync programmed is gone.
+	Intact(ctx context.Context) (bool, error)
+}
+
 type DataPlane interface {
 	// Sync makes the kernel match snap, rewriting at least the services in
 	// changed, in one atomic step. On error the core retries with a full

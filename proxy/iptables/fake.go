@@ -406,6 +406,21 @@ func dumpTable(name string, t *fakeTable) string {
 	return sb.String()
 }
 
+// ListChain implements Runner.
+func (f *Fake) ListChain(_ context.Context, table, chain string) ([]string, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	t, ok := f.tables[table]
+	if !ok {
+		return nil, false, fmt.Errorf("table %q does not exist", table)
+	}
+	c := t.chains[chain]
+	if c == nil {
+		return nil, false, nil
+	}
+	return slices.Clone(c.rules), true, nil
+}
+
 // Rules returns one chain's rules (nil if it does not exist).
 func (f *Fake) Rules(table, chain string) []string {
 	f.mu.Lock()

@@ -412,6 +412,33 @@ func diffShared(b *batch, table, chain, addOp string, old, new []string) {
 
 // Cleanup implements proxy.DataPlane: it removes the hooks and every
 // NODENET-* chain from nat and filter.
+// canaries are what Intact looks at: a hook from a built-in chain and a
+// fixed chain that always has a rule, per table. A firewall reload that
+// restores the tables without our rules, or an `iptables -F`/`-X`, removes
+// them; like kube-proxy's canary chains, without an extra chain.
+var canaries = []struct{ table, chain, rule string }{
+	{tableNAT, "PREROUTING", "-j " + chainServices},
+	{tableNAT, chainMarkMasq, "MARK"},
+	{tableFilter, "FORWARD", "-j " + chainForward},
+}
+
+// Intact implements proxy.IntegrityChecker.
+func (p *Proxier) Intact(ctx context.Context) (bool, error) {
+	if !p.synced {
+		return true, nil // a full sync is due anyway
+	}
+	for _, c := range canaries {
+		rules, ok, err := p.runner.ListChain(ctx, c.table, c.chain)
+		if err != nil {
+			return false, fmt.Errorf("check iptables %s: %w", p.family, err)
+		}
+		if !ok || !slices.ContainsFunc(rules, func(r string) bool { return strings.Contains(r, c.rule) }) {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
 func (p *Proxier) Cleanup(ctx context.Context) error {
 	p.synced = false
 	p.services = map[proxy.ServicePortName]*programmed{}

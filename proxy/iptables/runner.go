@@ -17,6 +17,9 @@ type Runner interface {
 	Restore(ctx context.Context, data []byte) error
 	// Save returns iptables-save output for one table.
 	Save(ctx context.Context, table string) ([]byte, error)
+	// ListChain returns one chain's rules (iptables -S, without the
+	// "-A CHAIN " prefix); exists is false when the chain is missing.
+	ListChain(ctx context.Context, table, chain string) (rules []string, exists bool, err error)
 }
 
 // Variant is the iptables backend.
@@ -88,6 +91,28 @@ func (r ExecRunner) Save(ctx context.Context, table string) ([]byte, error) {
 		return nil, fmt.Errorf("run %s -t %s: %w: %s", name, table, err, strings.TrimSpace(stderr.String()))
 	}
 	return stdout.Bytes(), nil
+}
+
+// ListChain implements Runner with `iptables -S CHAIN`: it reads one chain,
+// not the whole table as iptables-save does.
+func (r ExecRunner) ListChain(ctx context.Context, table, chain string) ([]string, bool, error) {
+	name := r.bin("")
+	c := r.cmd(ctx, name, "-w", "-t", table, "-S", chain)
+	var stdout, stderr bytes.Buffer
+	c.Stdout, c.Stderr = &stdout, &stderr
+	if err := c.Run(); err != nil {
+		if strings.Contains(stderr.String(), "No chain/target/match by that name") {
+			return nil, false, nil
+		}
+		return nil, false, fmt.Errorf("run %s -t %s -S %s: %w: %s", name, table, chain, err, strings.TrimSpace(stderr.String()))
+	}
+	var rules []string
+	for _, l := range strings.Split(stdout.String(), "\n") {
+		if rule, ok := strings.CutPrefix(l, "-A "+chain+" "); ok {
+			rules = append(rules, rule)
+		}
+	}
+	return rules, true, nil
 }
 
 // RestoreError is a failed iptables-restore; Line is the offending input line

@@ -107,6 +107,16 @@ func (f *Fake) Batch(_ context.Context, family, table string, ops []Op) error {
 	return f.apply(opsScript(family, table, ops))
 }
 
+// RuleCount implements Runner.
+func (f *Fake) RuleCount(_ context.Context, family, table, chain string) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if t := f.tables[family+" "+table]; t != nil && t.chains[chain] != nil {
+		return len(t.chains[chain].Rules), nil
+	}
+	return 0, nil
+}
+
 func (f *Fake) apply(script []byte) error {
 	f.LastScript = slices.Clone(script)
 	staged := map[string]*FakeTable{}

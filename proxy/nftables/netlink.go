@@ -31,6 +31,7 @@ const (
 	nfnlMsgBatchBegin  = unix.NLMSG_MIN_TYPE
 	nfnlMsgBatchEnd    = unix.NLMSG_MIN_TYPE + 1
 	nftMsgNewRule      = 6
+	nftMsgGetRule      = 7
 	nftMsgDelRule      = 8
 	nftMsgNewSetElem   = 12
 	nftMsgDelSetElem   = 14
@@ -346,4 +347,69 @@ func errnoMessage(e syscall.Errno) string {
 		return s
 	}
 	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// countRules counts the rules of one chain in the namespace at netnsPath
+// with a filtered dump (a missing table or chain counts 0).
+func countRules(netnsPath, family, table, chain string) (int, error) {
+	return socketFor(netnsPath).countRules(family, table, chain)
+}
+
+func (s *nlSocket) countRules(family, table, chain string) (int, error) {
+	fam, err := nfproto(family)
+	if err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seq := s.seq
+	s.seq++
+	if s.fd < 0 {
+		if err := s.open(); err != nil {
+			return 0, err
+		}
+	}
+	var n nlBuf
+	m := n.msg(nfnlSubsysNFTables<<8|nftMsgGetRule, unix.NLM_F_REQUEST|unix.NLM_F_DUMP, seq, fam, 0)
+	n.attr(nftaRuleTable, cstring(table))
+	n.attr(nftaRuleChain, cstring(chain))
+	n.end(m)
+	if err := unix.Sendto(s.fd, n.b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		s.close()
+		return 0, fmt.Errorf("send nf_tables rule dump: %w", err)
+	}
+	buf := make([]byte, 64<<10)
+	rules := 0
+	for {
+		k, _, err := unix.Recvfrom(s.fd, buf, 0)
+		if err != nil {
+			s.close()
+			return 0, fmt.Errorf("read nf_tables rule dump: %w", err)
+		}
+		msgs, err := syscall.ParseNetlinkMessage(buf[:k])
+		if err != nil {
+			s.close()
+			return 0, fmt.Errorf("parse nf_tables rule dump: %w", err)
+		}
+		for _, m := range msgs {
+			if m.Header.Seq != seq {
+				continue // left over from an earlier exchange
+			}
+			switch m.Header.Type {
+			case unix.NLMSG_DONE:
+				return rules, nil
+			case unix.NLMSG_ERROR:
+				if len(m.Data) >= 4 {
+					if errno := syscall.Errno(-int32(binary.NativeEndian.Uint32(m.Data))); errno == unix.ENOENT {
+						return 0, nil
+					} else if errno != 0 {
+						return 0, fmt.Errorf("dump rules of %s %s %s: %w", family, table, chain, errno)
+					}
+				}
+				return rules, nil
+			case nfnlSubsysNFTables<<8 | nftMsgNewRule:
+				rules++
+			}
+		}
+	}
 }

@@ -573,6 +573,20 @@ func changedPorts(programmed map[proxy.ServicePortName]*objects, snap *proxy.Sna
 	return out
 }
 
+// Intact implements proxy.IntegrityChecker: the services chain, which
+// every sync fills, must still have its rules. `nft flush ruleset`, a
+// deleted table or a flushed table all empty it.
+func (p *Proxier) Intact(ctx context.Context) (bool, error) {
+	if !p.synced {
+		return true, nil // a full sync is due anyway
+	}
+	n, err := p.runner.RuleCount(ctx, p.w.nftFamily(), TableName, chainServices)
+	if err != nil {
+		return false, fmt.Errorf("check nftables %s: %w", p.family, err)
+	}
+	return n > 0, nil
+}
+
 // existing lists the chains and sets (names only) of our table, so a full
 // sync can delete what it no longer wants, whatever process created it.
 func (p *Proxier) existing(ctx context.Context) ([]string, []setDef, error) {

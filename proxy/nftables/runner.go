@@ -20,6 +20,9 @@ type Runner interface {
 	// the order given. It is the fast path for endpoint changes (see
 	// netlink.go).
 	Batch(ctx context.Context, family, table string, ops []Op) error
+	// RuleCount counts the rules of a chain; 0 when the table or chain
+	// does not exist.
+	RuleCount(ctx context.Context, family, table, chain string) (int, error)
 	// List runs a read-only nft command ("list", "table", "ip", "t") and
 	// returns its output.
 	List(ctx context.Context, args ...string) ([]byte, error)
@@ -85,6 +88,12 @@ func (r ExecRunner) Batch(ctx context.Context, family, table string, ops []Op) e
 		return err
 	}
 	return r.Apply(ctx, opsScript(family, table, ops))
+}
+
+// RuleCount implements Runner with a netlink dump: cheap whatever the size
+// of the table, unlike any nft listing.
+func (r ExecRunner) RuleCount(_ context.Context, family, table, chain string) (int, error) {
+	return countRules(r.netnsPath(), family, table, chain)
 }
 
 // opsScript renders ops as nft commands.

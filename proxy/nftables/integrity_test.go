@@ -1,0 +1,50 @@
+package nftables
+
+import (
+	"context"
+	"testing"
+
+	"github.com/nodenet/nodenet/internal/nettest"
+	"github.com/nodenet/nodenet/proxy"
+)
+
+// TestIntact: the proxier notices its table flushed or deleted behind its
+// back, against the Fake and against the kernel alike.
+func TestIntact(t *testing.T) {
+	runners := map[string]func(t *testing.T) Runner{
+		"fake": func(*testing.T) Runner { return NewFake() },
+		"kernel": func(t *testing.T) Runner {
+			nettest.RequirePrivileged(t)
+			nettest.RequireTool(t, "nft")
+			return ExecRunner{Netns: nettest.New(t).Name()}
+		},
+	}
+	for name, mk := range runners {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			r := mk(t)
+			p := New(proxy.IPv4, r, nil)
+			check := func(step string, want bool) {
+				t.Helper()
+				got, err := p.Intact(ctx)
+				if err != nil || got != want {
+					t.Fatalf("%s: Intact = %v, %v; want %v", step, got, err, want)
+				}
+			}
+			check("before the first sync", true)
+			for _, damage := range []string{"flush table ip " + TableName, "delete table ip " + TableName, "flush ruleset"} {
+				if _, err := p.Sync(ctx, mkSnap(proxy.IPv4, goldenServices(proxy.IPv4)...), full); err != nil {
+					t.Fatal(err)
+				}
+				check("after a full sync", true)
+				if name == "fake" && damage == "flush ruleset" {
+					damage = "delete table ip " + TableName // the Fake has no ruleset command
+				}
+				if err := r.Apply(ctx, []byte(damage+"\n")); err != nil {
+					t.Fatal(err)
+				}
+				check("after "+damage, false)
+			}
+		})
+	}
+}
