@@ -23,9 +23,10 @@ build:
 # demo, with status 0 only if every check passed (what CI runs).
 NODES    ?= 3
 BACKEND  ?= host-gw
+PROXY_MODE ?= iptables
 DEMO_EXIT ?=
 run: build
-	./$(BIN)/nodenet up --nodes $(NODES) --backend $(BACKEND) --dir $(STATE) --demo $(if $(DEMO_EXIT),--demo-exit)
+	./$(BIN)/nodenet up --nodes $(NODES) --backend $(BACKEND) --proxy-mode $(PROXY_MODE) --dir $(STATE) --demo $(if $(DEMO_EXIT),--demo-exit)
 
 # deps installs the Debian packages the privileged tests need when running as
 # root with apt; otherwise it only checks and names what is missing.
