@@ -55,9 +55,12 @@
 //
 // New builds a Proxy over one DataPlane per family; Run starts the informers
 // (Services, EndpointSlices, this Node) and the bounded-frequency runner
-// (MinSyncPeriod with a burst of SyncBurst, full resync every SyncPeriod);
-// SyncNow runs one sync directly (tests, benchmarks). HealthHandler serves
+// (MinSyncPeriod with a burst of SyncBurst, full resync every SyncPeriod,
+// and a full sync whenever a data plane implementing IntegrityChecker finds
+// its state gone, checked every IntegrityCheckPeriod); SyncNow runs one sync
+// directly (tests, benchmarks). HealthHandler serves
 // /healthz, /livez, /readyz; Metrics().Registry holds the Prometheus
 // metrics. proxy/app holds the --proxy-mode switch; proxy/proxytest is the
-// real-kernel suite every data plane runs (KernelSuite, SwitchSuite).
+// real-kernel suite every data plane runs (KernelSuite: IPv4, IPv6 and a
+// dual-stack Service through a dual-stack proxy; SwitchSuite: IPv4).
 package proxy

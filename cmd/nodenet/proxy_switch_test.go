@@ -23,8 +23,8 @@ func TestProxyModeSwitchIPTablesNFTables(t *testing.T) {
 	in := func(node *nettest.NS) []string { return []string{"ip", "netns", "exec", node.Name()} }
 	ipt := proxytest.Mode{
 		Name: "iptables",
-		New: func(t testing.TB, node *nettest.NS) proxy.DataPlane {
-			return iptables.New(proxy.IPv4, iptables.ExecRunner{Prefix: in(node), Family: proxy.IPv4, Variant: iptables.NFT}, testapi.Logger())
+		New: func(t testing.TB, node *nettest.NS, f proxy.Family) proxy.DataPlane {
+			return iptables.New(f, iptables.ExecRunner{Prefix: in(node), Family: f, Variant: iptables.NFT}, testapi.Logger())
 		},
 		Leftovers: func(t testing.TB, node *nettest.NS) string {
 			var left []string
@@ -44,8 +44,8 @@ func TestProxyModeSwitchIPTablesNFTables(t *testing.T) {
 	}
 	nft := proxytest.Mode{
 		Name: "nftables",
-		New: func(t testing.TB, node *nettest.NS) proxy.DataPlane {
-			return nftables.New(proxy.IPv4, nftables.ExecRunner{Netns: node.Name()}, testapi.Logger())
+		New: func(t testing.TB, node *nettest.NS, f proxy.Family) proxy.DataPlane {
+			return nftables.New(f, nftables.ExecRunner{Netns: node.Name()}, testapi.Logger())
 		},
 		Leftovers: func(t testing.TB, node *nettest.NS) string {
 			out, err := exec.Command("ip", "netns", "exec", node.Name(), "nft", "list", "tables").CombinedOutput()

@@ -12,14 +12,15 @@ import (
 
 // TestKernel runs the shared real-kernel suite (ClusterIP, NodePort,
 // refusal, affinity, eTP Local + health check, UDP conntrack cleanup,
-// hairpin, bad input, restart) with iptables-nft and iptables-legacy.
+// hairpin over IPv4 and IPv6; bad input, restart) with iptables-nft and
+// iptables-legacy, one data plane per family.
 func TestKernel(t *testing.T) {
 	nettest.RequirePrivileged(t)
 	for _, v := range []Variant{NFT, Legacy} {
 		t.Run(string(v), func(t *testing.T) {
-			proxytest.KernelSuite(t, func(t testing.TB, node *nettest.NS) proxy.DataPlane {
-				r := ExecRunner{Prefix: []string{"ip", "netns", "exec", node.Name()}, Family: proxy.IPv4, Variant: v}
-				return New(proxy.IPv4, r, testapi.Logger())
+			proxytest.KernelSuite(t, func(t testing.TB, node *nettest.NS, f proxy.Family) proxy.DataPlane {
+				r := ExecRunner{Prefix: []string{"ip", "netns", "exec", node.Name()}, Family: f, Variant: v}
+				return New(f, r, testapi.Logger())
 			})
 		})
 	}
@@ -30,8 +31,8 @@ func iptablesMode(v Variant) proxytest.Mode {
 	prefix := func(node *nettest.NS) []string { return []string{"ip", "netns", "exec", node.Name()} }
 	return proxytest.Mode{
 		Name: "iptables-" + string(v),
-		New: func(t testing.TB, node *nettest.NS) proxy.DataPlane {
-			return New(proxy.IPv4, ExecRunner{Prefix: prefix(node), Family: proxy.IPv4, Variant: v}, testapi.Logger())
+		New: func(t testing.TB, node *nettest.NS, f proxy.Family) proxy.DataPlane {
+			return New(f, ExecRunner{Prefix: prefix(node), Family: f, Variant: v}, testapi.Logger())
 		},
 		Leftovers: func(t testing.TB, node *nettest.NS) string {
 			var left []string

@@ -13,12 +13,13 @@ import (
 
 // TestKernel runs the shared real-kernel suite (ClusterIP, NodePort,
 // refusal, affinity, eTP Local + health check, UDP conntrack cleanup,
-// hairpin, bad input, restart) against nft in throwaway namespaces.
+// hairpin over IPv4 and IPv6; bad input, restart) against nft in throwaway
+// namespaces, one data plane per family.
 func TestKernel(t *testing.T) {
 	nettest.RequirePrivileged(t)
 	nettest.RequireTool(t, "nft")
-	proxytest.KernelSuite(t, func(t testing.TB, node *nettest.NS) proxy.DataPlane {
-		return New(proxy.IPv4, ExecRunner{Netns: node.Name()}, testapi.Logger())
+	proxytest.KernelSuite(t, func(t testing.TB, node *nettest.NS, f proxy.Family) proxy.DataPlane {
+		return New(f, ExecRunner{Netns: node.Name()}, testapi.Logger())
 	})
 }
 

@@ -1,9 +1,9 @@
 // Package proxytest is the real-kernel test suite every proxy data plane
 // must pass: a node namespace running the proxy core + the data plane under
 // test, two backend "pod" namespaces with TCP/UDP echo servers, and a client
-// namespace, all throwaway (internal/nettest) and fed by a real API server
-// (internal/testapi). A data plane's test calls KernelSuite with a
-// constructor; nothing here touches the root namespace.
+// namespace, all dual-stack and throwaway (internal/nettest) and fed by a
+// real API server (internal/testapi). A data plane's test calls KernelSuite
+// with a constructor; nothing here touches the root namespace.
 package proxytest
 
 import (
@@ -25,12 +25,13 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/nodenet/nodenet/apiserver"
 	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/internal/testapi"
 	"github.com/nodenet/nodenet/proxy"
 )
 
-// Addresses of the topology.
+// IPv4 addresses of the topology (the IPv6 ones are in stack.go).
 const (
 	NodeName   = "node-a"
 	NodeIP     = "192.168.50.1"
@@ -43,9 +44,13 @@ const (
 	LBIP       = "192.168.60.10"
 )
 
-// NewDataPlane builds the data plane under test programming node (e.g. an
-// iptables runner with the prefix "ip netns exec <node>").
-type NewDataPlane func(t testing.TB, node *nettest.NS) proxy.DataPlane
+// NewDataPlane builds the data plane under test for family f programming
+// node (e.g. an iptables runner with the prefix "ip netns exec <node>").
+type NewDataPlane func(t testing.TB, node *nettest.NS, f proxy.Family) proxy.DataPlane
+
+// families are the IP families StartProxy runs a data plane for: the proxy
+// is dual-stack, one data plane per family, as `nodenet proxy` runs it.
+var families = []proxy.Family{proxy.IPv4, proxy.IPv6}
 
 // Env is a running topology.
 type Env struct {
@@ -66,28 +71,24 @@ func NewEnv(t *testing.T, newDP NewDataPlane) *Env {
 	t.Helper()
 	e := &Env{newDP: newDP}
 	e.Node, e.Pod1, e.Pod2, e.Client = nettest.New(t), nettest.New(t), nettest.New(t), nettest.New(t)
-	nettest.Link(t, e.Node, "p1", "10.244.1.1/24", e.Pod1, "eth0", Pod1IP+"/24")
-	nettest.Link(t, e.Node, "p2", "10.244.2.1/24", e.Pod2, "eth0", Pod2IP+"/24")
-	nettest.Link(t, e.Node, "c0", NodeIP+"/24", e.Client, "eth0", ClientIP+"/24")
-	e.Pod1.MustExec(t, "ip", "route", "add", "default", "via", "10.244.1.1")
-	e.Pod2.MustExec(t, "ip", "route", "add", "default", "via", "10.244.2.1")
-	e.Client.MustExec(t, "ip", "route", "add", "default", "via", NodeIP)
-	e.Node.MustExec(t, "sysctl", "-qw", "net.ipv4.ip_forward=1")
-	// The node's own traffic to service VIPs needs a route to start from.
-	e.Node.MustExec(t, "ip", "route", "add", "default", "via", ClientIP)
+	e.wire(t)
 	for _, p := range []struct {
 		ns   *nettest.NS
 		name string
 	}{{e.Pod1, "pod1"}, {e.Pod2, "pod2"}} {
+		// The servers listen on the wildcard address, which takes both
+		// families, so one server per pod answers IPv4 and IPv6 alike.
 		serveTCP(t, p.ns, p.name, TCPPort)
 		serveUDP(t, p.ns, p.name, UDPPort)
 	}
-	e.API = testapi.Start(t)
+	e.API = testapi.Start(t, func(c *apiserver.Config) { c.ServiceClusterIPRanges = serviceCIDRs })
 	e.Kube = e.API.Client
 	ctx := testapi.Context(t)
 	_, err := e.Kube.CoreV1().Nodes().Create(ctx, &v1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: NodeName, Labels: map[string]string{v1.LabelTopologyZone: "zone-a"}},
-		Status:     v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: NodeIP}}},
+		Status: v1.NodeStatus{Addresses: []v1.NodeAddress{
+			{Type: v1.NodeInternalIP, Address: NodeIP}, {Type: v1.NodeInternalIP, Address: NodeIP6},
+		}},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create node: %v", err)
@@ -96,18 +97,65 @@ func NewEnv(t *testing.T, newDP NewDataPlane) *Env {
 	return e
 }
 
-// StartProxy starts the proxy core with a fresh data plane from newDP.
-func (e *Env) StartProxy(t testing.TB) *proxy.Proxy {
-	t.Helper()
-	return e.StartProxyWith(t, e.newDP(t, e.Node))
+// segment is one veth between the node and another namespace, with both
+// families' addresses; the far end routes everything through the node.
+type segment struct {
+	nodeIf       string
+	peer         *nettest.NS
+	node4, peer4 string // IPv4 addresses, /24
+	node6, peer6 string // IPv6 addresses, /64
 }
 
-// StartProxyWith starts the proxy core driving dp.
-func (e *Env) StartProxyWith(t testing.TB, dp proxy.DataPlane) *proxy.Proxy {
+// wire links client → node → pods for IPv4 and IPv6.
+func (e *Env) wire(t *testing.T) {
+	t.Helper()
+	for _, ns := range []*nettest.NS{e.Node, e.Pod1, e.Pod2, e.Client} {
+		// Link-local addresses would otherwise stay tentative for a
+		// second or two, and until then the node sends no neighbour
+		// solicitations for the traffic it forwards. Set before the links
+		// exist so every interface inherits it.
+		ns.MustExec(t, "sysctl", "-qw", "net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0")
+	}
+	for _, s := range []segment{
+		{"p1", e.Pod1, "10.244.1.1", Pod1IP, "fd00:10:244:1::1", Pod1IP6},
+		{"p2", e.Pod2, "10.244.2.1", Pod2IP, "fd00:10:244:2::1", Pod2IP6},
+		{"c0", e.Client, NodeIP, ClientIP, NodeIP6, ClientIP6},
+	} {
+		nettest.Link(t, e.Node, s.nodeIf, s.node4+"/24", s.peer, "eth0", s.peer4+"/24")
+		addIPv6(t, e.Node, s.nodeIf, s.node6+"/64")
+		addIPv6(t, s.peer, "eth0", s.peer6+"/64")
+		s.peer.MustExec(t, "ip", "route", "add", "default", "via", s.node4)
+		s.peer.MustExec(t, "ip", "-6", "route", "add", "default", "via", s.node6)
+	}
+	e.Node.MustExec(t, "sysctl", "-qw", "net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1")
+	// The node's own traffic to service VIPs needs a route to start from.
+	e.Node.MustExec(t, "ip", "route", "add", "default", "via", ClientIP)
+	e.Node.MustExec(t, "ip", "-6", "route", "add", "default", "via", ClientIP6)
+}
+
+// addIPv6 adds cidr to ifName in ns, usable at once (nodad).
+func addIPv6(t *testing.T, ns *nettest.NS, ifName, cidr string) {
+	t.Helper()
+	ns.MustExec(t, "ip", "-6", "addr", "add", cidr, "dev", ifName, "nodad")
+}
+
+// StartProxy starts the proxy core with a fresh data plane from newDP for
+// every family in families.
+func (e *Env) StartProxy(t testing.TB) *proxy.Proxy {
+	t.Helper()
+	planes := make(map[proxy.Family]proxy.DataPlane, len(families))
+	for _, f := range families {
+		planes[f] = e.newDP(t, e.Node, f)
+	}
+	return e.StartProxyWith(t, planes)
+}
+
+// StartProxyWith starts the proxy core driving planes (one per family).
+func (e *Env) StartProxyWith(t testing.TB, planes map[proxy.Family]proxy.DataPlane) *proxy.Proxy {
 	t.Helper()
 	p, err := proxy.New(proxy.Config{
 		NodeName:      NodeName,
-		ClusterCIDRs:  []netip.Prefix{netip.MustParsePrefix(ClusterCID)},
+		ClusterCIDRs:  []netip.Prefix{netip.MustParsePrefix(ClusterCID), netip.MustParsePrefix(ClusterCID6)},
 		MinSyncPeriod: 50 * time.Millisecond,
 		SyncPeriod:    time.Hour,
 		Conntrack:     proxy.NetlinkConntrack{Handle: e.Node.Handle()},
@@ -121,9 +169,9 @@ func (e *Env) StartProxyWith(t testing.TB, dp proxy.DataPlane) *proxy.Proxy {
 			return ln, err
 		},
 		Logger: testapi.Logger(),
-	}, map[proxy.Family]proxy.DataPlane{proxy.IPv4: dp})
+	}, planes)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("new proxy: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -302,16 +350,19 @@ func Service(name string, proto v1.Protocol, port int32) *v1.Service {
 	}
 }
 
-// SetEndpoints creates or replaces the service's single EndpointSlice.
+// SetEndpoints creates or replaces the service's EndpointSlice for the
+// backends' family (all backends must be of one family).
 func (e *Env) SetEndpoints(t testing.TB, svc *v1.Service, port int32, backends ...Backend) {
 	t.Helper()
+	addrType := sliceAddressType(svc, backends)
 	proto := svc.Spec.Ports[0].Protocol
 	name := svc.Spec.Ports[0].Name
 	sl := &discovery.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Name: svc.Name + "-x", Namespace: svc.Namespace, Labels: map[string]string{
+		// One slice per family, so a dual-stack service can have both.
+		ObjectMeta: metav1.ObjectMeta{Name: svc.Name + "-" + strings.ToLower(string(addrType)), Namespace: svc.Namespace, Labels: map[string]string{
 			discovery.LabelServiceName: svc.Name, discovery.LabelManagedBy: "proxytest",
 		}},
-		AddressType: discovery.AddressTypeIPv4,
+		AddressType: addrType,
 		Ports:       []discovery.EndpointPort{{Name: &name, Port: &port, Protocol: &proto}},
 	}
 	for _, b := range backends {

@@ -2,7 +2,6 @@ package proxytest
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/proxy"
 )
 
@@ -24,6 +24,15 @@ const wait = 10 * time.Second
 
 func vip(svc *v1.Service) string {
 	return net.JoinHostPort(svc.Spec.ClusterIP, fmt.Sprint(svc.Spec.Ports[0].Port))
+}
+
+// answeredBy connects from ns to addr and checks which pod answered.
+func answeredBy(ns *nettest.NS, addr, want string) error {
+	r, err := DialTCP(ns, addr, time.Second)
+	if err == nil && r.Backend != want {
+		err = fmt.Errorf("answered by %s", r.Backend)
+	}
+	return err
 }
 
 // backends connects n times and returns who answered.
@@ -40,191 +49,14 @@ func backends(e *Env, addr string, n int) (map[string]int, error) {
 }
 
 // KernelSuite runs every data-plane requirement against the real kernel.
-// It needs root (nettest gates it).
+// It needs root (nettest gates it). The proxy runs dual-stack; the traffic
+// cases run over IPv4 at the top level and again over IPv6 under "IPv6".
 func KernelSuite(t *testing.T, newDP NewDataPlane) {
 	e := NewEnv(t, newDP)
 	p := e.StartProxy(t)
-	ctx := context.Background()
-
-	t.Run("ClusterIPReachesBothEndpoints", func(t *testing.T) {
-		svc := e.CreateService(t, Service("web", v1.ProtocolTCP, TCPPort))
-		e.SetEndpoints(t, svc, TCPPort, Pod1, Pod2)
-		Eventually(t, wait, "both endpoints behind "+vip(svc), func() error {
-			seen, err := backends(e, vip(svc), 20)
-			if err != nil {
-				return err
-			}
-			if seen["pod1"] == 0 || seen["pod2"] == 0 {
-				return fmt.Errorf("answers %v", seen)
-			}
-			return nil
-		})
-	})
-
-	t.Run("NodePortFromAnotherNamespace", func(t *testing.T) {
-		s := Service("np", v1.ProtocolTCP, TCPPort)
-		s.Spec.Type = v1.ServiceTypeNodePort
-		svc := e.CreateService(t, s)
-		e.SetEndpoints(t, svc, TCPPort, Pod2)
-		addr := net.JoinHostPort(NodeIP, fmt.Sprint(svc.Spec.Ports[0].NodePort))
-		Eventually(t, wait, "NodePort "+addr, func() error {
-			r, err := DialTCP(e.Client, addr, time.Second)
-			if err == nil && r.Backend != "pod2" {
-				err = fmt.Errorf("answered by %s", r.Backend)
-			}
-			return err
-		})
-	})
-
-	t.Run("NoEndpointsIsRefusedImmediately", func(t *testing.T) {
-		svc := e.CreateService(t, Service("empty", v1.ProtocolTCP, TCPPort))
-		Eventually(t, wait, "connection refused at "+vip(svc), func() error {
-			start := time.Now()
-			_, err := DialTCP(e.Client, vip(svc), 3*time.Second)
-			if !errors.Is(err, syscall.ECONNREFUSED) {
-				return fmt.Errorf("dial: %v", err)
-			}
-			if d := time.Since(start); d > time.Second {
-				return fmt.Errorf("refusal took %v", d)
-			}
-			return nil
-		})
-		// Endpoints appearing later make it work.
-		e.SetEndpoints(t, svc, TCPPort, Pod1)
-		Eventually(t, wait, "service with new endpoints", func() error {
-			_, err := DialTCP(e.Client, vip(svc), time.Second)
-			return err
-		})
-	})
-
-	t.Run("SessionAffinitySticks", func(t *testing.T) {
-		s := Service("sticky", v1.ProtocolTCP, TCPPort)
-		s.Spec.SessionAffinity = v1.ServiceAffinityClientIP
-		timeout := int32(60)
-		s.Spec.SessionAffinityConfig = &v1.SessionAffinityConfig{ClientIP: &v1.ClientIPConfig{TimeoutSeconds: &timeout}}
-		svc := e.CreateService(t, s)
-		e.SetEndpoints(t, svc, TCPPort, Pod1, Pod2)
-		Eventually(t, wait, "sticky service", func() error {
-			seen, err := backends(e, vip(svc), 20)
-			if err != nil {
-				return err
-			}
-			if len(seen) != 1 {
-				return fmt.Errorf("answers spread over %v", seen)
-			}
-			return nil
-		})
-	})
-
-	t.Run("ExternalTrafficPolicyLocal", func(t *testing.T) {
-		s := Service("local", v1.ProtocolTCP, TCPPort)
-		s.Spec.Type = v1.ServiceTypeLoadBalancer
-		s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
-		svc := e.CreateService(t, s)
-		svc.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: LBIP}}
-		svc, err := e.Kube.CoreV1().Services("default").UpdateStatus(ctx, svc, metav1.UpdateOptions{})
-		if err != nil {
-			t.Fatalf("set LB ingress: %v", err)
-		}
-		if svc.Spec.HealthCheckNodePort == 0 {
-			t.Fatal("API server allocated no healthCheckNodePort")
-		}
-		hc := net.JoinHostPort(NodeIP, fmt.Sprint(svc.Spec.HealthCheckNodePort))
-		Eventually(t, wait, "health check 503 without local endpoints", func() error {
-			code, _, err := httpGet(e, hc)
-			if err == nil && code != http.StatusServiceUnavailable {
-				err = fmt.Errorf("status %d", code)
-			}
-			return err
-		})
-		e.SetEndpoints(t, svc, TCPPort, Pod1, Pod2)
-		for _, addr := range []string{
-			net.JoinHostPort(NodeIP, fmt.Sprint(svc.Spec.Ports[0].NodePort)),
-			net.JoinHostPort(LBIP, fmt.Sprint(svc.Spec.Ports[0].Port)),
-		} {
-			Eventually(t, wait, "eTP Local at "+addr, func() error {
-				for range 10 {
-					r, err := DialTCP(e.Client, addr, time.Second)
-					if err != nil {
-						return err
-					}
-					if r.Backend != "pod1" {
-						return fmt.Errorf("answered by remote %s", r.Backend)
-					}
-					if host, _, _ := net.SplitHostPort(r.Peer); host != ClientIP {
-						return fmt.Errorf("backend saw %s, not the client %s", r.Peer, ClientIP)
-					}
-				}
-				return nil
-			})
-		}
-		Eventually(t, wait, "health check 200 with 1 local endpoint", func() error {
-			code, body, err := httpGet(e, hc)
-			if err != nil {
-				return err
-			}
-			var v struct{ LocalEndpoints int }
-			_ = json.Unmarshal(body, &v)
-			if code != http.StatusOK || v.LocalEndpoints != 1 {
-				return fmt.Errorf("status %d body %s", code, body)
-			}
-			return nil
-		})
-	})
-
-	t.Run("RemovedUDPEndpointGetsNoMoreDatagrams", func(t *testing.T) {
-		svc := e.CreateService(t, Service("dns", v1.ProtocolUDP, UDPPort))
-		e.SetEndpoints(t, svc, UDPPort, Pod1, Pod2)
-		var c net.Conn
-		var first Reply
-		Eventually(t, wait, "UDP service answers", func() error {
-			var err error
-			if c != nil {
-				c.Close()
-			}
-			if c, err = DialUDP(e.Client, vip(svc)); err != nil {
-				return err
-			}
-			first, err = AskUDP(c, 300*time.Millisecond)
-			return err
-		})
-		defer c.Close()
-		// Same 5-tuple: conntrack pins it to the first backend.
-		for range 5 {
-			r, err := AskUDP(c, time.Second)
-			if err != nil || r.Backend != first.Backend {
-				t.Fatalf("before removal: %v %v (first %s)", r, err, first.Backend)
-			}
-		}
-		keep := Pod1
-		if first.Backend == "pod1" {
-			keep = Pod2
-		}
-		e.SetEndpoints(t, svc, UDPPort, keep)
-		Eventually(t, wait, "datagrams move off the removed endpoint", func() error {
-			r, err := AskUDP(c, 300*time.Millisecond)
-			if err != nil {
-				return err
-			}
-			if r.Backend == first.Backend {
-				return fmt.Errorf("still answered by removed %s", r.Backend)
-			}
-			return nil
-		})
-	})
-
-	t.Run("Hairpin", func(t *testing.T) {
-		svc := e.CreateService(t, Service("hairpin", v1.ProtocolTCP, TCPPort))
-		e.SetEndpoints(t, svc, TCPPort, Pod1)
-		Eventually(t, wait, "pod1 reaching itself through its service", func() error {
-			r, err := DialTCP(e.Pod1, vip(svc), time.Second)
-			if err == nil && r.Backend != "pod1" {
-				err = fmt.Errorf("answered by %s", r.Backend)
-			}
-			return err
-		})
-	})
-
+	runTrafficCases(t, e, ipv4Stack)
+	t.Run("IPv6", func(t *testing.T) { runTrafficCases(t, e, ipv6Stack) })
+	t.Run("DualStackServiceAnswersPerFamily", func(t *testing.T) { dualStackServiceAnswersPerFamily(t, e) })
 	t.Run("BadInputIsSkipped", func(t *testing.T) {
 		bad := e.CreateService(t, Service("bad", v1.ProtocolTCP, TCPPort))
 		e.SetEndpoints(t, bad, 0, Pod1) // port 0: accepted by the API, not programmable
@@ -299,6 +131,219 @@ func KernelSuite(t *testing.T, newDP NewDataPlane) {
 			}
 		}
 	})
+}
+
+// trafficCases are the checks every IP family must pass, in order.
+var trafficCases = []struct {
+	name string
+	run  func(t *testing.T, e *Env, s stack)
+}{
+	{"ClusterIPReachesBothEndpoints", clusterIPReachesBothEndpoints},
+	{"NodePortFromAnotherNamespace", nodePortFromAnotherNamespace},
+	{"NoEndpointsIsRefusedImmediately", noEndpointsIsRefusedImmediately},
+	{"SessionAffinitySticks", sessionAffinitySticks},
+	{"ExternalTrafficPolicyLocal", externalTrafficPolicyLocal},
+	{"RemovedUDPEndpointGetsNoMoreDatagrams", removedUDPEndpointGetsNoMoreDatagrams},
+	{"Hairpin", hairpin},
+}
+
+func runTrafficCases(t *testing.T, e *Env, s stack) {
+	for _, c := range trafficCases {
+		t.Run(c.name, func(t *testing.T) { c.run(t, e, s) })
+	}
+}
+
+func clusterIPReachesBothEndpoints(t *testing.T, e *Env, s stack) {
+	svc := s.create(t, e, s.service("web", v1.ProtocolTCP, TCPPort))
+	e.SetEndpoints(t, svc, TCPPort, s.pod1, s.pod2)
+	Eventually(t, wait, "both endpoints behind "+vip(svc), func() error {
+		seen, err := backends(e, vip(svc), 20)
+		if err != nil {
+			return err
+		}
+		if seen["pod1"] == 0 || seen["pod2"] == 0 {
+			return fmt.Errorf("answers %v", seen)
+		}
+		return nil
+	})
+}
+
+func nodePortFromAnotherNamespace(t *testing.T, e *Env, s stack) {
+	np := s.service("np", v1.ProtocolTCP, TCPPort)
+	np.Spec.Type = v1.ServiceTypeNodePort
+	svc := s.create(t, e, np)
+	e.SetEndpoints(t, svc, TCPPort, s.pod2)
+	addr := net.JoinHostPort(s.nodeIP, fmt.Sprint(svc.Spec.Ports[0].NodePort))
+	Eventually(t, wait, "NodePort "+addr, func() error { return answeredBy(e.Client, addr, "pod2") })
+}
+
+func noEndpointsIsRefusedImmediately(t *testing.T, e *Env, s stack) {
+	svc := s.create(t, e, s.service("empty", v1.ProtocolTCP, TCPPort))
+	Eventually(t, wait, "connection refused at "+vip(svc), func() error {
+		start := time.Now()
+		_, err := DialTCP(e.Client, vip(svc), 3*time.Second)
+		if !errors.Is(err, syscall.ECONNREFUSED) {
+			return fmt.Errorf("dial: %v", err)
+		}
+		if d := time.Since(start); d > time.Second {
+			return fmt.Errorf("refusal took %v", d)
+		}
+		return nil
+	})
+	// Endpoints appearing later make it work.
+	e.SetEndpoints(t, svc, TCPPort, s.pod1)
+	Eventually(t, wait, "service with new endpoints", func() error {
+		_, err := DialTCP(e.Client, vip(svc), time.Second)
+		return err
+	})
+}
+
+func sessionAffinitySticks(t *testing.T, e *Env, s stack) {
+	sticky := s.service("sticky", v1.ProtocolTCP, TCPPort)
+	sticky.Spec.SessionAffinity = v1.ServiceAffinityClientIP
+	timeout := int32(60)
+	sticky.Spec.SessionAffinityConfig = &v1.SessionAffinityConfig{ClientIP: &v1.ClientIPConfig{TimeoutSeconds: &timeout}}
+	svc := s.create(t, e, sticky)
+	e.SetEndpoints(t, svc, TCPPort, s.pod1, s.pod2)
+	Eventually(t, wait, "sticky service", func() error {
+		seen, err := backends(e, vip(svc), 20)
+		if err != nil {
+			return err
+		}
+		if len(seen) != 1 {
+			return fmt.Errorf("answers spread over %v", seen)
+		}
+		return nil
+	})
+}
+
+func externalTrafficPolicyLocal(t *testing.T, e *Env, s stack) {
+	local := s.service("local", v1.ProtocolTCP, TCPPort)
+	local.Spec.Type = v1.ServiceTypeLoadBalancer
+	local.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+	svc := s.create(t, e, local)
+	svc.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: s.lbIP}}
+	svc, err := e.Kube.CoreV1().Services("default").UpdateStatus(t.Context(), svc, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatalf("set LB ingress: %v", err)
+	}
+	if svc.Spec.HealthCheckNodePort == 0 {
+		t.Fatal("API server allocated no healthCheckNodePort")
+	}
+	hc := net.JoinHostPort(s.nodeIP, fmt.Sprint(svc.Spec.HealthCheckNodePort))
+	Eventually(t, wait, "health check 503 without local endpoints", func() error {
+		code, _, err := httpGet(e, hc)
+		if err == nil && code != http.StatusServiceUnavailable {
+			err = fmt.Errorf("status %d", code)
+		}
+		return err
+	})
+	e.SetEndpoints(t, svc, TCPPort, s.pod1, s.pod2)
+	for _, addr := range []string{
+		net.JoinHostPort(s.nodeIP, fmt.Sprint(svc.Spec.Ports[0].NodePort)),
+		net.JoinHostPort(s.lbIP, fmt.Sprint(svc.Spec.Ports[0].Port)),
+	} {
+		Eventually(t, wait, "eTP Local at "+addr, func() error { return onlyLocalSeesClient(e, s, addr) })
+	}
+	Eventually(t, wait, "health check 200 with 1 local endpoint", func() error {
+		code, body, err := httpGet(e, hc)
+		if err != nil {
+			return err
+		}
+		var v struct{ LocalEndpoints int }
+		_ = json.Unmarshal(body, &v)
+		if code != http.StatusOK || v.LocalEndpoints != 1 {
+			return fmt.Errorf("status %d body %s", code, body)
+		}
+		return nil
+	})
+}
+
+// onlyLocalSeesClient checks that connections to addr reach only the local
+// pod and keep the client's source address (eTP Local does not SNAT).
+func onlyLocalSeesClient(e *Env, s stack, addr string) error {
+	for range 10 {
+		r, err := DialTCP(e.Client, addr, time.Second)
+		if err != nil {
+			return err
+		}
+		if r.Backend != "pod1" {
+			return fmt.Errorf("answered by remote %s", r.Backend)
+		}
+		if host, _, _ := net.SplitHostPort(r.Peer); host != s.clientIP {
+			return fmt.Errorf("backend saw %s, not the client %s", r.Peer, s.clientIP)
+		}
+	}
+	return nil
+}
+
+func removedUDPEndpointGetsNoMoreDatagrams(t *testing.T, e *Env, s stack) {
+	svc := s.create(t, e, s.service("dns", v1.ProtocolUDP, UDPPort))
+	e.SetEndpoints(t, svc, UDPPort, s.pod1, s.pod2)
+	var c net.Conn
+	var first Reply
+	Eventually(t, wait, "UDP service answers", func() error {
+		var err error
+		if c != nil {
+			c.Close()
+		}
+		if c, err = DialUDP(e.Client, vip(svc)); err != nil {
+			return err
+		}
+		first, err = AskUDP(c, 300*time.Millisecond)
+		return err
+	})
+	defer c.Close()
+	// Same 5-tuple: conntrack pins it to the first backend.
+	for range 5 {
+		r, err := AskUDP(c, time.Second)
+		if err != nil || r.Backend != first.Backend {
+			t.Fatalf("before removal: %v %v (first %s)", r, err, first.Backend)
+		}
+	}
+	keep := s.pod1
+	if first.Backend == "pod1" {
+		keep = s.pod2
+	}
+	e.SetEndpoints(t, svc, UDPPort, keep)
+	Eventually(t, wait, "datagrams move off the removed endpoint", func() error {
+		r, err := AskUDP(c, 300*time.Millisecond)
+		if err != nil {
+			return err
+		}
+		if r.Backend == first.Backend {
+			return fmt.Errorf("still answered by removed %s", r.Backend)
+		}
+		return nil
+	})
+}
+
+func hairpin(t *testing.T, e *Env, s stack) {
+	svc := s.create(t, e, s.service("hairpin", v1.ProtocolTCP, TCPPort))
+	e.SetEndpoints(t, svc, TCPPort, s.pod1)
+	Eventually(t, wait, "pod1 reaching itself through its service", func() error {
+		return answeredBy(e.Pod1, vip(svc), "pod1")
+	})
+}
+
+// dualStackServiceAnswersPerFamily: one RequireDualStack Service gets a
+// ClusterIP per family, each fed by its own EndpointSlice. Giving the two
+// slices different pods shows each family's ClusterIP uses its own slice.
+func dualStackServiceAnswersPerFamily(t *testing.T, e *Env) {
+	dual := Service("dual", v1.ProtocolTCP, TCPPort)
+	policy := v1.IPFamilyPolicyRequireDualStack
+	dual.Spec.IPFamilyPolicy = &policy
+	svc := e.CreateService(t, dual)
+	if len(svc.Spec.IPFamilies) != 2 || svc.Spec.IPFamilies[0] != v1.IPv4Protocol || len(svc.Spec.ClusterIPs) != 2 {
+		t.Fatalf("dual-stack service got families %v, clusterIPs %v; want IPv4 then IPv6", svc.Spec.IPFamilies, svc.Spec.ClusterIPs)
+	}
+	e.SetEndpoints(t, svc, TCPPort, Pod1)   // the IPv4 slice
+	e.SetEndpoints(t, svc, TCPPort, Pod2v6) // the IPv6 slice
+	port := fmt.Sprint(svc.Spec.Ports[0].Port)
+	for ip, want := range map[string]string{svc.Spec.ClusterIPs[0]: "pod1", svc.Spec.ClusterIPs[1]: "pod2"} {
+		addr := net.JoinHostPort(ip, port)
+		Eventually(t, wait, want+" behind "+addr, func() error { return answeredBy(e.Client, addr, want) })
+	}
 }
 
 // httpGet does a plain HTTP GET from the client namespace (the socket is
