@@ -2,6 +2,9 @@ package nftables
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"os/exec"
 	"testing"
 
 	"github.com/nodenet/nodenet/internal/nettest"
@@ -46,5 +49,35 @@ func TestIntact(t *testing.T) {
 				check("after "+damage, false)
 			}
 		})
+	}
+}
+
+// TestSocketFollowsRecreatedNamespace: the long-lived netlink socket must
+// not keep programming a namespace that was deleted and created again
+// under the same name.
+func TestSocketFollowsRecreatedNamespace(t *testing.T) {
+	nettest.RequirePrivileged(t)
+	nettest.RequireTool(t, "nft")
+	name := fmt.Sprintf("nnt-recreate-%d", os.Getpid())
+	run := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+	}
+	run("netns", "add", name)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
+	ctx := context.Background()
+	r := ExecRunner{Netns: name}
+	if err := r.Apply(ctx, []byte("add table ip "+TableName+"\nadd chain ip "+TableName+" services\nadd rule ip "+TableName+" services accept\n")); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := r.RuleCount(ctx, "ip", TableName, "services"); err != nil || n != 1 {
+		t.Fatalf("rules in the first namespace: %d, %v; want 1", n, err)
+	}
+	run("netns", "del", name)
+	run("netns", "add", name)
+	if n, err := r.RuleCount(ctx, "ip", TableName, "services"); err != nil || n != 0 {
+		t.Fatalf("rules in the re-created namespace: %d, %v; want 0 (the socket stayed in the old one)", n, err)
 	}
 }

@@ -203,7 +203,8 @@ const idleClose = 30 * time.Second
 type nlSocket struct {
 	netns string
 	mu    sync.Mutex
-	fd    int // -1 when closed
+	fd    int    // -1 when closed
+	nsID  uint64 // inode of the namespace the socket lives in
 	seq   uint32
 	used  time.Time
 	timer *time.Timer
@@ -223,6 +224,39 @@ func socketFor(netnsPath string) *nlSocket {
 		sockets.m[netnsPath] = s
 	}
 	return s
+}
+
+// nsInode identifies the namespace at path (0 for our own).
+func nsInode(path string) (uint64, error) {
+	if path == "" {
+		return 0, nil
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, fmt.Errorf("network namespace %s: %w", path, err)
+	}
+	return st.Ino, nil
+}
+
+// ready makes sure the socket is open and still in the namespace the path
+// names now: a namespace deleted and created again under the same name
+// must not be programmed through a socket left in the old one.
+func (s *nlSocket) ready() error {
+	id, err := nsInode(s.netns)
+	if err != nil {
+		s.close()
+		return err
+	}
+	if s.fd >= 0 && id != s.nsID {
+		s.close()
+	}
+	if s.fd < 0 {
+		if err := s.open(); err != nil {
+			return err
+		}
+		s.nsID = id
+	}
+	return nil
 }
 
 func (s *nlSocket) open() error {
@@ -281,10 +315,8 @@ func (s *nlSocket) transact(family, table string, ops []Op) error {
 	if err != nil {
 		return err
 	}
-	if s.fd < 0 {
-		if err := s.open(); err != nil {
-			return err
-		}
+	if err := s.ready(); err != nil {
+		return err
 	}
 	s.used = time.Now()
 	if s.timer == nil {
@@ -364,10 +396,8 @@ func (s *nlSocket) countRules(family, table, chain string) (int, error) {
 	defer s.mu.Unlock()
 	seq := s.seq
 	s.seq++
-	if s.fd < 0 {
-		if err := s.open(); err != nil {
-			return 0, err
-		}
+	if err := s.ready(); err != nil {
+		return 0, err
 	}
 	var n nlBuf
 	m := n.msg(nfnlSubsysNFTables<<8|nftMsgGetRule, unix.NLM_F_REQUEST|unix.NLM_F_DUMP, seq, fam, 0)
