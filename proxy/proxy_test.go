@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -489,5 +490,25 @@ func TestIntegrityCheckForcesFullSync(t *testing.T) {
 	}
 	if got := metricValue(p.Metrics().StateRepairs.WithLabelValues("recording", "IPv4")); got != 1 {
 		t.Errorf("state repairs metric = %v, want 1", got)
+	}
+}
+
+func TestSortedPorts(t *testing.T) {
+	port := func(ns, name, p string) ServicePortName {
+		return ServicePortName{NamespacedName: types.NamespacedName{Namespace: ns, Name: name}, Port: p, Protocol: TCP}
+	}
+	gone, kept, added, other := port("a", "web", "old"), port("a", "web", "http"), port("a", "web", "https"), port("b", "db", "sql")
+	programmed := map[ServicePortName]int{gone: 1, kept: 1, other: 1}
+	snap := &Snapshot{Services: map[ServicePortName]*ServicePort{kept: {}, added: {}, other: {}}}
+	want := []ServicePortName{kept, added, gone}
+	slices.SortFunc(want, ServicePortName.Compare)
+
+	scanned := SortedPorts(ChangeSet{Services: map[types.NamespacedName]struct{}{kept.NamespacedName: {}}}, programmed, snap)
+	if !slices.Equal(scanned, want) {
+		t.Errorf("by scanning: %v, want %v", scanned, want)
+	}
+	given := SortedPorts(ChangeSet{Ports: map[ServicePortName]struct{}{added: {}, gone: {}, kept: {}}}, programmed, snap)
+	if !slices.Equal(given, want) {
+		t.Errorf("from Ports: %v, want %v", given, want)
 	}
 }

@@ -257,6 +257,36 @@ type ChangeSet struct {
 	Ports map[ServicePortName]struct{}
 }
 
+// SortedPorts lists, sorted, the service ports a partial sync must
+// rewrite: those of the changed services, as programmed (the keys of
+// programmed) and as wanted (snap). It uses Ports when the core filled it
+// and otherwise scans both maps.
+func SortedPorts[V any](c ChangeSet, programmed map[ServicePortName]V, snap *Snapshot) []ServicePortName {
+	var out []ServicePortName
+	if c.Ports != nil {
+		out = make([]ServicePortName, 0, len(c.Ports))
+		for n := range c.Ports {
+			out = append(out, n)
+		}
+	} else {
+		seen := map[ServicePortName]bool{}
+		add := func(n ServicePortName) {
+			if c.Has(n.NamespacedName) && !seen[n] {
+				seen[n] = true
+				out = append(out, n)
+			}
+		}
+		for n := range programmed {
+			add(n)
+		}
+		for n := range snap.Services {
+			add(n)
+		}
+	}
+	slices.SortFunc(out, ServicePortName.Compare)
+	return out
+}
+
 // Has reports whether the service must be rewritten in this sync.
 func (c ChangeSet) Has(n types.NamespacedName) bool {
 	if c.Full {

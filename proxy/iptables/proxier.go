@@ -312,22 +312,7 @@ func (p *Proxier) partialBatch(snap *proxy.Snapshot, changed proxy.ChangeSet) (*
 	b := newBatch()
 	w := &ruleWriter{family: p.family}
 	next := p.services // updated in place: on failure synced=false forces a full rebuild
-	names := map[proxy.ServicePortName]bool{}
-	for n := range p.services {
-		if changed.Has(n.NamespacedName) {
-			names[n] = true
-		}
-	}
-	for n := range snap.Services {
-		if changed.Has(n.NamespacedName) {
-			names[n] = true
-		}
-	}
-	sorted := make([]proxy.ServicePortName, 0, len(names))
-	for n := range names {
-		sorted = append(sorted, n)
-	}
-	slices.SortFunc(sorted, proxy.ServicePortName.Compare)
+	sorted := proxy.SortedPorts(changed, p.services, snap)
 
 	var newChains, oldChains []string // chains to delete are collected across services
 	keep := map[string]bool{}
