@@ -548,7 +548,6 @@ func (p *Proxier) partialSync(ctx context.Context, snap *proxy.Snapshot, changed
 	return proxy.SyncResult{Written: written, Total: p.total()}, nil
 }
 
-
 // Intact implements proxy.IntegrityChecker: the services chain, which
 // every sync fills, must still have its rules. `nft flush ruleset`, a
 // deleted table or a flushed table all empty it.
