@@ -27,13 +27,9 @@ type Proxier struct {
 	// owners says which service holds each map element, so two services
 	// claiming the same external IP:port do not make the transaction fail
 	// with EEXIST: the first (in name order) wins.
-	owners map[string]proxy.ServicePortName
-	// shared counts the services wanting each shared element (hairpin):
-	// it is in the kernel while the count is above zero.
-	shared map[string]int
-	// setUsers counts the services using each shared set (endpoint map
-	// shards): it exists while the count is above zero.
-	setUsers map[string]int
+	owners   map[string]proxy.ServicePortName
+	shared   refs // shared elements (hairpin) by id
+	setUsers refs // shared sets (endpoint map shards) by name
 	blocks   *blocks
 	rules    int // rules and elements of all services (metrics)
 	fixed    int
@@ -46,7 +42,7 @@ func New(family proxy.Family, runner Runner, log *slog.Logger) *Proxier {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Proxier{family: family, runner: runner, log: log, w: writer{family: family},
-		services: map[proxy.ServicePortName]*objects{}, owners: map[string]proxy.ServicePortName{}, shared: map[string]int{}, setUsers: map[string]int{}, blocks: newBlocks()}
+		services: map[proxy.ServicePortName]*objects{}, owners: map[string]proxy.ServicePortName{}, shared: refs{}, setUsers: refs{}, blocks: newBlocks()}
 }
 
 // Name implements proxy.DataPlane.
@@ -69,16 +65,18 @@ const (
 // maxElemsPerCommand keeps command lines reasonably short.
 const maxElemsPerCommand = 1000
 
-// tx accumulates one transaction.
+// tx accumulates one transaction. Commands that only the CLI path carries
+// are written as text at once; flushed chains, added rules and elements are
+// kept as Ops, so the transaction can also go to the runner's batch path
+// (see batchOps), and are rendered as text only for the CLI.
 type tx struct {
 	family  string // "ip"
 	prefix  string // "ip nodenet-proxy"
 	sec     [numSections]bytes.Buffer
+	flushed []Op      // existing chains emptied
+	rules   []Op      // rules added, in order
 	adds    []element // elements to add, in order
 	dels    []element // elements to delete, in order
-	flushed []string  // existing chains flushed
-	added   []Op      // rules added, in order
-	cliOnly bool      // has a command only the nft CLI path sends
 	written int
 }
 
@@ -88,11 +86,6 @@ func newTx(w writer) *tx {
 
 // line writes a command only the CLI path carries.
 func (t *tx) line(sec int, parts ...string) {
-	t.cliOnly = true
-	t.write(sec, parts...)
-}
-
-func (t *tx) write(sec int, parts ...string) {
 	b := &t.sec[sec]
 	for i, s := range parts {
 		if i > 0 {
@@ -122,18 +115,16 @@ func (t *tx) declChain(c chainDef) {
 	t.line(secDecl, "add chain", t.prefix, c.name)
 }
 
-func (t *tx) rules(c chainDef) {
+func (t *tx) addRules(c chainDef) {
 	for _, r := range c.rules {
-		t.write(secRules, "add rule", t.prefix, c.name, r)
-		t.added = append(t.added, Op{Kind: OpAddRule, Chain: c.name, Rule: r})
+		t.rules = append(t.rules, Op{Kind: OpAddRule, Chain: c.name, Rule: r})
 	}
 	t.written += len(c.rules)
 }
 
 // flushChain empties an existing chain.
 func (t *tx) flushChain(name string) {
-	t.write(secFlush, "flush chain", t.prefix, name)
-	t.flushed = append(t.flushed, name)
+	t.flushed = append(t.flushed, Op{Kind: OpFlushChain, Chain: name})
 }
 
 func (t *tx) addElem(e element) {
@@ -143,33 +134,36 @@ func (t *tx) addElem(e element) {
 
 func (t *tx) delElem(e element) { t.dels = append(t.dels, e) }
 
-func (t *tx) empty() bool {
+// cliOnly reports whether the transaction has a command only the CLI path
+// carries (declarations, deletions, table and set flushes).
+func (t *tx) cliOnly() bool {
 	for i := range t.sec {
 		if t.sec[i].Len() > 0 {
-			return false
+			return true
 		}
 	}
-	return len(t.adds) == 0 && len(t.dels) == 0
+	return false
+}
+
+func (t *tx) empty() bool {
+	return !t.cliOnly() && len(t.flushed)+len(t.rules)+len(t.adds)+len(t.dels) == 0
 }
 
 // batchOps returns the transaction as Ops if the runner may send it
-// without the CLI: only data-set elements and rewritten rules of existing
-// chains that ruleenc.go compiles (an endpoint replaced, or the endpoint
-// count changed). The order is the sections': flushes, element deletions,
-// rules, element additions.
+// without the CLI: only rewritten rules of existing chains and elements of
+// data sets (an endpoint replaced, or the endpoint count changed). The
+// order is the sections': flushes, element deletions, rules, element
+// additions.
 func (t *tx) batchOps(w writer) ([]Op, bool) {
-	if t.cliOnly {
+	if t.cliOnly() {
 		return nil, false
 	}
-	ops := make([]Op, 0, len(t.flushed)+len(t.dels)+len(t.added)+len(t.adds))
-	for _, c := range t.flushed {
-		ops = append(ops, Op{Kind: OpFlushChain, Chain: c})
-	}
+	ops := slices.Concat(t.flushed, make([]Op, 0, len(t.dels)+len(t.rules)+len(t.adds)))
 	elems := func(kind OpKind, list []element) bool {
 		for _, e := range list {
 			l, ok := w.layout(e.set)
 			if !ok {
-				return false
+				return false // a verdict map: the CLI path
 			}
 			ops = append(ops, Op{Kind: kind, Set: e.set, Layout: l, Key: e.key, Value: e.value})
 		}
@@ -178,12 +172,7 @@ func (t *tx) batchOps(w writer) ([]Op, bool) {
 	if !elems(OpDeleteElement, t.dels) {
 		return nil, false
 	}
-	for _, r := range t.added {
-		if !ruleEncodable(t.family, r.Rule) {
-			return nil, false
-		}
-		ops = append(ops, r)
-	}
+	ops = append(ops, t.rules...)
 	if !elems(OpAddElement, t.adds) {
 		return nil, false
 	}
@@ -201,12 +190,7 @@ func (t *tx) elemLines(sec int, verb string, elems []element) {
 		}
 		bySet[e.set] = append(bySet[e.set], item)
 	}
-	sets := make([]string, 0, len(bySet))
-	for s := range bySet {
-		sets = append(sets, s)
-	}
-	slices.Sort(sets)
-	for _, s := range sets {
+	for _, s := range slices.Sorted(maps.Keys(bySet)) {
 		items := bySet[s]
 		for len(items) > 0 {
 			n := min(len(items), maxElemsPerCommand)
@@ -216,10 +200,18 @@ func (t *tx) elemLines(sec int, verb string, elems []element) {
 	}
 }
 
+// bytes renders the whole transaction as an nft script.
 func (t *tx) bytes() []byte {
+	for _, op := range slices.Concat(t.flushed, t.rules) {
+		sec := secRules
+		if op.Kind == OpFlushChain {
+			sec = secFlush
+		}
+		t.line(sec, op.script(t.prefix))
+	}
 	t.elemLines(secDelElem, "delete", t.dels)
 	t.elemLines(secAddElem, "add", t.adds)
-	t.adds, t.dels = nil, nil
+	t.flushed, t.rules, t.adds, t.dels = nil, nil, nil, nil
 	var out bytes.Buffer
 	for i := range t.sec {
 		out.Write(t.sec[i].Bytes())
@@ -311,7 +303,7 @@ func (p *Proxier) fullSync(ctx context.Context, snap *proxy.Snapshot) (proxy.Syn
 	for _, c := range fixedChains {
 		t.declChain(c)
 		wantChains[c.name] = true
-		t.rules(c)
+		t.addRules(c)
 		fixedN += len(c.rules)
 	}
 	for _, e := range p.w.fixedElements(snap) {
@@ -321,7 +313,7 @@ func (p *Proxier) fullSync(ctx context.Context, snap *proxy.Snapshot) (proxy.Syn
 
 	next := make(map[proxy.ServicePortName]*objects, len(snap.Services))
 	owners := map[string]proxy.ServicePortName{}
-	shared, setUsers := map[string]int{}, map[string]int{}
+	shared, setUsers := refs{}, refs{}
 	alloc := newBlocks()
 	for _, n := range snap.SortedNames() {
 		o := p.w.service(snap, snap.Services[n], alloc)
@@ -335,7 +327,7 @@ func (p *Proxier) fullSync(ctx context.Context, snap *proxy.Snapshot) (proxy.Syn
 		for _, c := range o.chains {
 			t.declChain(c)
 			wantChains[c.name] = true
-			t.rules(c)
+			t.addRules(c)
 		}
 		for _, e := range o.elements {
 			if e.shared {
@@ -385,39 +377,37 @@ func (p *Proxier) partialSync(ctx context.Context, snap *proxy.Snapshot, changed
 	// the next sync is a full one, which rebuilds all of it from the
 	// snapshot. (Copying it made a one-endpoint change cost 5 ms at 10,000
 	// services.)
-	owners := p.owners
 	for _, n := range sorted {
 		if old := p.services[n]; old != nil {
 			for _, e := range old.elements {
-				if !e.shared && owners[e.id()] == n {
-					delete(owners, e.id())
+				if !e.shared && p.owners[e.id()] == n {
+					delete(p.owners, e.id())
 				}
 			}
 		}
 	}
 	t := newTx(p.w)
-	alloc := p.blocks
 	next := map[proxy.ServicePortName]*objects{}
 	keepChain, keepSet := map[string]bool{}, map[string]bool{}
 	var dropChains []string
 	dropSets := map[string]setDef{}
-	sharedDelta, sharedElem := map[string]int{}, map[string]element{}
-	setDelta := map[string]int{}
+	// Shared elements and sets: how many services more (or fewer) want
+	// each, applied to the counts after the loop.
+	elemDelta, setDelta := map[string]int{}, map[string]int{}
+	sharedElems, sharedSets := map[string]element{}, map[string]setDef{}
 	for _, n := range sorted {
 		old := p.services[n]
 		if old == nil {
 			old = &objects{}
 		}
-		var nw *objects
+		nw := &objects{}
 		if sp := snap.Services[n]; sp != nil {
-			nw = p.w.service(snap, sp, alloc)
-			claim(owners, n, nw, p.log)
-		} else {
-			nw = &objects{}
+			nw = p.w.service(snap, sp, p.blocks)
+			claim(p.owners, n, nw, p.log)
 		}
 		for _, c := range old.blocks {
 			if !slices.Contains(nw.blocks, c) {
-				alloc.release(c)
+				p.blocks.release(c)
 			}
 		}
 		next[n] = nw
@@ -425,32 +415,27 @@ func (p *Proxier) partialSync(ctx context.Context, snap *proxy.Snapshot, changed
 		oldSets := map[string]bool{}
 		for _, s := range old.sets {
 			oldSets[s.name] = true
+			if s.shared {
+				setDelta[s.name]--
+				sharedSets[s.name] = s
+			} else {
+				dropSets[s.name] = s
+			}
 		}
 		for _, s := range nw.sets {
 			keepSet[s.name] = true
-			if !oldSets[s.name] {
-				t.declSet(s)
-			}
-		}
-		for _, s := range nw.sets {
 			if s.shared {
 				setDelta[s.name]++
+				sharedSets[s.name] = s
+			} else if !oldSets[s.name] {
+				t.declSet(s)
 			}
-		}
-		for _, s := range old.sets {
-			if s.shared {
-				setDelta[s.name]--
-				if p.setUsers[s.name]+setDelta[s.name] <= 0 {
-					dropSets[s.name] = s
-				}
-				continue
-			}
-			dropSets[s.name] = s
 		}
 
 		oldChains := map[string]chainDef{}
 		for _, c := range old.chains {
 			oldChains[c.name] = c
+			dropChains = append(dropChains, c.name)
 		}
 		for _, c := range nw.chains {
 			keepChain[c.name] = true
@@ -458,14 +443,11 @@ func (p *Proxier) partialSync(ctx context.Context, snap *proxy.Snapshot, changed
 			switch {
 			case !ok:
 				t.declChain(c)
-				t.rules(c)
+				t.addRules(c)
 			case !slices.Equal(oc.rules, c.rules):
 				t.flushChain(c.name)
-				t.rules(c)
+				t.addRules(c)
 			}
-		}
-		for _, c := range old.chains {
-			dropChains = append(dropChains, c.name)
 		}
 
 		oldElems := map[string]element{}
@@ -478,48 +460,32 @@ func (p *Proxier) partialSync(ctx context.Context, snap *proxy.Snapshot, changed
 		}
 		for _, e := range old.elements {
 			if e.shared {
-				sharedDelta[e.id()]--
-				sharedElem[e.id()] = e
+				elemDelta[e.id()]--
+				sharedElems[e.id()] = e
 			} else if ne, ok := newElems[e.id()]; !ok || ne.value != e.value {
 				t.delElem(e)
 			}
 		}
 		for _, e := range nw.elements {
 			if e.shared {
-				sharedDelta[e.id()]++
-				sharedElem[e.id()] = e
+				elemDelta[e.id()]++
+				sharedElems[e.id()] = e
 			} else if oe, ok := oldElems[e.id()]; !ok || oe.value != e.value {
 				t.addElem(e)
 			}
 		}
 	}
-	shared := p.shared
-	for _, id := range slices.Sorted(maps.Keys(sharedDelta)) {
-		before := shared[id]
-		after := before + sharedDelta[id]
-		switch {
-		case before > 0 && after <= 0:
-			t.delElem(sharedElem[id])
-		case before <= 0 && after > 0:
-			t.addElem(sharedElem[id])
-		}
-		if after > 0 {
-			shared[id] = after
-		} else {
-			delete(shared, id)
-		}
-	}
+	p.shared.change(elemDelta,
+		func(id string) { t.addElem(sharedElems[id]) },
+		func(id string) { t.delElem(sharedElems[id]) })
+	p.setUsers.change(setDelta,
+		func(name string) { t.declSet(sharedSets[name]) },
+		func(name string) { dropSets[name] = sharedSets[name] })
 	slices.Sort(dropChains)
 	for _, c := range slices.Compact(dropChains) {
 		if !keepChain[c] {
 			t.line(secFlush, "flush chain", t.prefix, c)
 			t.line(secDelChain, "delete chain", t.prefix, c)
-		}
-	}
-	setUsers := p.setUsers
-	for name, d := range setDelta {
-		if setUsers[name] += d; setUsers[name] <= 0 {
-			delete(setUsers, name)
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(dropSets)) {
@@ -546,6 +512,30 @@ func (p *Proxier) partialSync(ctx context.Context, snap *proxy.Snapshot, changed
 		}
 	}
 	return proxy.SyncResult{Written: written, Total: p.total()}, nil
+}
+
+// refs counts the services that want each shared element or set: it is in
+// the kernel while its count is above zero.
+type refs map[string]int
+
+// change adds the deltas to the counts and calls appear or vanish, in name
+// order, for what crossed zero.
+func (r refs) change(delta map[string]int, appear, vanish func(name string)) {
+	for _, name := range slices.Sorted(maps.Keys(delta)) {
+		before := r[name]
+		after := before + delta[name]
+		switch {
+		case before > 0 && after <= 0:
+			vanish(name)
+		case before <= 0 && after > 0:
+			appear(name)
+		}
+		if after > 0 {
+			r[name] = after
+		} else {
+			delete(r, name)
+		}
+	}
 }
 
 // Intact implements proxy.IntegrityChecker: the services chain, which
@@ -615,8 +605,7 @@ func (p *Proxier) Cleanup(ctx context.Context) error {
 	p.services = map[proxy.ServicePortName]*objects{}
 	p.rules = 0
 	p.owners = map[string]proxy.ServicePortName{}
-	p.shared = map[string]int{}
-	p.setUsers = map[string]int{}
+	p.shared, p.setUsers = refs{}, refs{}
 	p.blocks = newBlocks()
 	err := p.runner.Apply(ctx, []byte("delete table "+p.w.nftFamily()+" "+TableName+"\n"))
 	if err == nil || IsNotFound(err) || errors.Is(err, ErrNotFound) {

@@ -357,30 +357,20 @@ func (w writer) masqRule(snap *proxy.Snapshot, sp *proxy.ServicePort) string {
 // endpoint chain, which records the client. (A `numgen … vmap { … }`
 // would create an anonymous set per service, and the kernel names those by
 // scanning every set of the table: 71 s instead of 4 s at 10,000 services.)
-func (w writer) balance(sp *proxy.ServicePort, eps []proxy.Endpoint, chain string, alloc *blocks, o *objects, rules []string) []string {
+func (w writer) balance(sp *proxy.ServicePort, eps []proxy.Endpoint, chain string, alloc *blocks, o *objects, endpoints map[netip.AddrPort]bool) []string {
 	if sp.AffinityTimeout == 0 && len(eps) <= slotsPerBlock {
 		if base, ok := alloc.get(chain); ok {
-			o.blocks = append(o.blocks, chain)
-			m := endpointsMap(sp.Protocol, base>>slotBits)
-			if !slices.ContainsFunc(o.sets, func(s setDef) bool { return s.name == m }) {
-				o.sets = append(o.sets, setDef{name: m, isMap: true, recreate: true, shared: true,
-					decl: "{ typeof numgen random mod 1 : " + w.ipKw() + " daddr . " + sp.Protocol.Lower() + " dport ; }"})
-			}
-			for i, e := range eps {
-				o.elements = append(o.elements, element{set: m, key: strconv.FormatUint(uint64(base)+uint64(i), 10),
-					value: e.IP.String() + " . " + strconv.Itoa(int(e.Port))})
-			}
-			offset := ""
-			if base != 0 {
-				offset = " offset " + strconv.FormatUint(uint64(base), 10)
-			}
-			return append(rules, "meta l4proto "+sp.Protocol.Lower()+" dnat "+w.ipKw()+" to numgen random mod "+strconv.Itoa(len(eps))+offset+" map @"+m)
+			return []string{w.mapBalance(sp, eps, chain, base, o)}
 		}
 	}
 	// Affinity, more endpoints than a block holds, or no block left: one
-	// chain per endpoint.
+	// chain per endpoint (shared by the service's chains).
+	var rules []string
 	for _, e := range eps {
-		w.endpoint(sp, e, o)
+		if !endpoints[e.AddrPort()] {
+			endpoints[e.AddrPort()] = true
+			w.endpoint(sp, e, o)
+		}
 	}
 	if sp.AffinityTimeout > 0 {
 		for _, e := range eps {
@@ -397,16 +387,30 @@ func (w writer) balance(sp *proxy.ServicePort, eps []proxy.Endpoint, chain strin
 	return rules
 }
 
-// endpoint adds the chain of one endpoint to o (once): with ClientIP
-// affinity it records the client in the endpoint's affinity set; then DNAT.
-func (w writer) endpoint(sp *proxy.ServicePort, e proxy.Endpoint, o *objects) {
-	name := endpointChain(sp.Name, e)
-	for _, c := range o.chains {
-		if c.name == name {
-			return
-		}
+// mapBalance fills chain's block (first key base) of its endpoints map
+// and returns the DNAT rule through it.
+func (w writer) mapBalance(sp *proxy.ServicePort, eps []proxy.Endpoint, chain string, base uint32, o *objects) string {
+	o.blocks = append(o.blocks, chain)
+	m := endpointsMap(sp.Protocol, base>>slotBits)
+	if !slices.ContainsFunc(o.sets, func(s setDef) bool { return s.name == m }) {
+		o.sets = append(o.sets, setDef{name: m, isMap: true, recreate: true, shared: true,
+			decl: "{ typeof numgen random mod 1 : " + w.ipKw() + " daddr . " + sp.Protocol.Lower() + " dport ; }"})
 	}
-	c := chainDef{name: name}
+	for i, e := range eps {
+		o.elements = append(o.elements, element{set: m, key: strconv.FormatUint(uint64(base)+uint64(i), 10),
+			value: e.IP.String() + " . " + strconv.Itoa(int(e.Port))})
+	}
+	offset := ""
+	if base != 0 {
+		offset = " offset " + strconv.FormatUint(uint64(base), 10)
+	}
+	return "meta l4proto " + sp.Protocol.Lower() + " dnat " + w.ipKw() + " to numgen random mod " + strconv.Itoa(len(eps)) + offset + " map @" + m
+}
+
+// endpoint adds the chain of one endpoint to o: with ClientIP affinity it
+// records the client in the endpoint's affinity set; then DNAT.
+func (w writer) endpoint(sp *proxy.ServicePort, e proxy.Endpoint, o *objects) {
+	c := chainDef{name: endpointChain(sp.Name, e)}
 	if sp.AffinityTimeout > 0 {
 		set := setDef{
 			name:    affinitySet(sp.Name, e, sp.AffinityTimeout),
@@ -431,13 +435,14 @@ func (w writer) service(snap *proxy.Snapshot, sp *proxy.ServicePort, alloc *bloc
 	masq := w.masqRule(snap, sp)
 	hasCluster := sel.UsesCluster && len(sel.Cluster) > 0
 	hasLocal := sel.UsesLocal && len(sel.Local) > 0
+	endpoints := map[netip.AddrPort]bool{} // endpoint chains written
 
 	if hasCluster {
 		c := chainDef{name: serviceChain(sp.Name)}
 		if masq != "" {
 			c.rules = append(c.rules, masq)
 		}
-		c.rules = w.balance(sp, sel.Cluster, c.name, alloc, o, c.rules)
+		c.rules = append(c.rules, w.balance(sp, sel.Cluster, c.name, alloc, o, endpoints)...)
 		o.chains = append(o.chains, c)
 	}
 	if hasLocal {
@@ -445,7 +450,7 @@ func (w writer) service(snap *proxy.Snapshot, sp *proxy.ServicePort, alloc *bloc
 		if masq != "" && sp.InternalPolicyLocal {
 			c.rules = append(c.rules, masq)
 		}
-		c.rules = w.balance(sp, sel.Local, c.name, alloc, o, c.rules)
+		c.rules = append(c.rules, w.balance(sp, sel.Local, c.name, alloc, o, endpoints)...)
 		o.chains = append(o.chains, c)
 	}
 	hairpin := map[netip.Addr]bool{}
