@@ -205,6 +205,7 @@ type nlSocket struct {
 	mu    sync.Mutex
 	fd    int    // -1 when closed
 	nsID  uint64 // inode of the namespace the socket lives in
+	buf   []byte // receive buffer
 	seq   uint32
 	used  time.Time
 	timer *time.Timer
@@ -311,10 +312,36 @@ func (s *nlSocket) transact(family, table string, ops []Op) error {
 	defer s.mu.Unlock()
 	seq := s.seq
 	s.seq += uint32(len(ops)) + 2
-	batch, acks, err := encodeBatch(family, table, ops, seq)
+	batch, want, err := encodeBatch(family, table, ops, seq)
 	if err != nil {
 		return err
 	}
+	// One acknowledgement per op; the first error wins (the kernel has
+	// then aborted the whole transaction). Acknowledgements left over
+	// from an earlier, failed batch carry other sequence numbers.
+	got := 0
+	return s.exchange(batch, func(m syscall.NetlinkMessage) (bool, error) {
+		if m.Header.Type != unix.NLMSG_ERROR || m.Header.Seq-seq > uint32(len(ops))+1 {
+			return false, nil
+		}
+		if errno := nlErrno(m); errno != 0 { // an op, or the batch as a whole (EPERM)
+			what := "batch"
+			if i := int(m.Header.Seq - seq - 1); i >= 0 && i < len(ops) {
+				what = ops[i].script(family + " " + table)
+			}
+			return true, &Error{Stderr: "Error: Could not process rule: " + errnoMessage(errno) + "\n" + what, Err: errno}
+		}
+		if m.Header.Seq-seq-1 < uint32(len(ops)) {
+			got++
+		}
+		return got == want, nil
+	})
+}
+
+// exchange sends req and hands every reply message to each until it says
+// done. An error of the socket itself closes it (a fresh one is opened
+// next time); an error from each is returned as it is.
+func (s *nlSocket) exchange(req []byte, each func(syscall.NetlinkMessage) (done bool, err error)) error {
 	if err := s.ready(); err != nil {
 		return err
 	}
@@ -324,51 +351,38 @@ func (s *nlSocket) transact(family, table string, ops []Op) error {
 	} else {
 		s.timer.Reset(idleClose)
 	}
-	if err := unix.Sendto(s.fd, batch, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+	if err := unix.Sendto(s.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		s.close()
-		return fmt.Errorf("send nf_tables element batch: %w", err)
+		return fmt.Errorf("send to nf_tables: %w", err)
 	}
-	err = readAcks(s.fd, seq, family+" "+table, ops, acks)
-	var nfErr *Error
-	if err != nil && !errors.As(err, &nfErr) {
-		s.close() // a broken or timed-out socket: start afresh next time
+	if s.buf == nil {
+		s.buf = make([]byte, 64<<10)
 	}
-	return err
-}
-
-// readAcks waits for one acknowledgement per element message; the first
-// error wins (the kernel has then aborted the whole transaction).
-func readAcks(fd int, seq uint32, table string, ops []Op, want int) error {
-	buf := make([]byte, 64<<10)
-	for got := 0; got < want; {
-		n, _, err := unix.Recvfrom(fd, buf, 0)
+	for {
+		n, _, err := unix.Recvfrom(s.fd, s.buf, 0)
 		if err != nil {
-			return fmt.Errorf("read nf_tables acknowledgements (%d of %d): %w", got, want, err)
+			s.close()
+			return fmt.Errorf("read from nf_tables: %w", err)
 		}
-		msgs, err := syscall.ParseNetlinkMessage(buf[:n])
+		msgs, err := syscall.ParseNetlinkMessage(s.buf[:n])
 		if err != nil {
+			s.close()
 			return fmt.Errorf("parse nf_tables reply: %w", err)
 		}
 		for _, m := range msgs {
-			// Acknowledgements left over from an earlier, failed batch
-			// carry other sequence numbers.
-			if m.Header.Type != unix.NLMSG_ERROR || len(m.Data) < 4 || m.Header.Seq-seq > uint32(len(ops))+1 {
-				continue
-			}
-			errno := -int32(binary.NativeEndian.Uint32(m.Data))
-			if errno != 0 { // an element, or the batch as a whole (EPERM)
-				what := "batch"
-				if i := int(m.Header.Seq - seq - 1); i >= 0 && i < len(ops) {
-					what = ops[i].script(table)
-				}
-				return &Error{Stderr: "Error: Could not process rule: " + errnoMessage(syscall.Errno(errno)) + "\n" + what, Err: syscall.Errno(errno)}
-			}
-			if i := m.Header.Seq - seq - 1; i < uint32(len(ops)) {
-				got++
+			if done, err := each(m); done || err != nil {
+				return err
 			}
 		}
 	}
-	return nil
+}
+
+// nlErrno is the errno of an NLMSG_ERROR message (0: an acknowledgement).
+func nlErrno(m syscall.NetlinkMessage) syscall.Errno {
+	if len(m.Data) < 4 {
+		return 0
+	}
+	return syscall.Errno(-int32(binary.NativeEndian.Uint32(m.Data)))
 }
 
 // errnoMessage renders e the way nft prints it ("No such file or
@@ -396,50 +410,33 @@ func (s *nlSocket) countRules(family, table, chain string) (int, error) {
 	defer s.mu.Unlock()
 	seq := s.seq
 	s.seq++
-	if err := s.ready(); err != nil {
-		return 0, err
-	}
 	var n nlBuf
 	m := n.msg(nfnlSubsysNFTables<<8|nftMsgGetRule, unix.NLM_F_REQUEST|unix.NLM_F_DUMP, seq, fam, 0)
 	n.attr(nftaRuleTable, cstring(table))
 	n.attr(nftaRuleChain, cstring(chain))
 	n.end(m)
-	if err := unix.Sendto(s.fd, n.b, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		s.close()
-		return 0, fmt.Errorf("send nf_tables rule dump: %w", err)
-	}
-	buf := make([]byte, 64<<10)
 	rules := 0
-	for {
-		k, _, err := unix.Recvfrom(s.fd, buf, 0)
-		if err != nil {
-			s.close()
-			return 0, fmt.Errorf("read nf_tables rule dump: %w", err)
+	err = s.exchange(n.b, func(m syscall.NetlinkMessage) (bool, error) {
+		if m.Header.Seq != seq {
+			return false, nil // left over from an earlier exchange
 		}
-		msgs, err := syscall.ParseNetlinkMessage(buf[:k])
-		if err != nil {
-			s.close()
-			return 0, fmt.Errorf("parse nf_tables rule dump: %w", err)
-		}
-		for _, m := range msgs {
-			if m.Header.Seq != seq {
-				continue // left over from an earlier exchange
+		switch m.Header.Type {
+		case unix.NLMSG_DONE:
+			return true, nil
+		case unix.NLMSG_ERROR:
+			switch errno := nlErrno(m); errno {
+			case 0:
+				return true, nil
+			case unix.ENOENT:
+				rules = 0
+				return true, nil
+			default:
+				return true, fmt.Errorf("dump rules of %s %s %s: %w", family, table, chain, errno)
 			}
-			switch m.Header.Type {
-			case unix.NLMSG_DONE:
-				return rules, nil
-			case unix.NLMSG_ERROR:
-				if len(m.Data) >= 4 {
-					if errno := syscall.Errno(-int32(binary.NativeEndian.Uint32(m.Data))); errno == unix.ENOENT {
-						return 0, nil
-					} else if errno != 0 {
-						return 0, fmt.Errorf("dump rules of %s %s %s: %w", family, table, chain, errno)
-					}
-				}
-				return rules, nil
-			case nfnlSubsysNFTables<<8 | nftMsgNewRule:
-				rules++
-			}
+		case nfnlSubsysNFTables<<8 | nftMsgNewRule:
+			rules++
 		}
-	}
+		return false, nil
+	})
+	return rules, err
 }

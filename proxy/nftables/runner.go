@@ -45,36 +45,35 @@ func (r ExecRunner) netnsPath() string {
 // ErrNotFound is returned when the nft binary is missing.
 var ErrNotFound = errors.New("nft binary not found")
 
-func (r ExecRunner) cmd(ctx context.Context, args ...string) (*exec.Cmd, error) {
-	nft, err := exec.LookPath("nft")
+// nft runs the nft binary with args (and stdin, if not nil) in r's
+// namespace and returns its output. It starts nft from a thread switched
+// into the namespace: nft inherits it without an `ip netns exec` between.
+func (r ExecRunner) nft(ctx context.Context, stdin []byte, args ...string) ([]byte, error) {
+	bin, err := exec.LookPath("nft")
 	if err != nil {
 		return nil, fmt.Errorf("run nft: %w", ErrNotFound)
 	}
-	return exec.CommandContext(ctx, nft, args...), nil
-}
-
-// run runs c in r's namespace: started from a thread switched into it, nft
-// inherits the namespace without an `ip netns exec` in between.
-func (r ExecRunner) run(c *exec.Cmd) error {
-	if r.Netns == "" {
-		return c.Run()
+	c := exec.CommandContext(ctx, bin, args...)
+	if stdin != nil {
+		c.Stdin = bytes.NewReader(stdin)
 	}
-	return netnsutil.Do(r.netnsPath(), c.Run)
+	var stdout, stderr bytes.Buffer
+	c.Stdout, c.Stderr = &stdout, &stderr
+	if r.Netns == "" {
+		err = c.Run()
+	} else {
+		err = netnsutil.Do(r.netnsPath(), c.Run)
+	}
+	if err != nil {
+		return nil, &Error{Stderr: strings.TrimSpace(stderr.String()), Err: err}
+	}
+	return stdout.Bytes(), nil
 }
 
 // Apply implements Runner.
 func (r ExecRunner) Apply(ctx context.Context, script []byte) error {
-	c, err := r.cmd(ctx, "-f", "-")
-	if err != nil {
-		return err
-	}
-	c.Stdin = bytes.NewReader(script)
-	var stderr bytes.Buffer
-	c.Stderr = &stderr
-	if err := r.run(c); err != nil {
-		return &Error{Stderr: strings.TrimSpace(stderr.String()), Err: err}
-	}
-	return nil
+	_, err := r.nft(ctx, script, "-f", "-")
+	return err
 }
 
 // Batch implements Runner over netlink; a batch too big for one netlink
@@ -108,16 +107,7 @@ func opsScript(family, table string, ops []Op) []byte {
 
 // List implements Runner.
 func (r ExecRunner) List(ctx context.Context, args ...string) ([]byte, error) {
-	c, err := r.cmd(ctx, args...)
-	if err != nil {
-		return nil, err
-	}
-	var stdout, stderr bytes.Buffer
-	c.Stdout, c.Stderr = &stdout, &stderr
-	if err := r.run(c); err != nil {
-		return nil, &Error{Stderr: strings.TrimSpace(stderr.String()), Err: err}
-	}
-	return stdout.Bytes(), nil
+	return r.nft(ctx, nil, args...)
 }
 
 // Error is a failed nft command (real or Fake); Stderr holds nft's message,
