@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodenet/nodenet/flanneld"
 	"github.com/nodenet/nodenet/flanneld/subnetenv"
@@ -90,12 +89,8 @@ func runFlanneld(ctx context.Context, args []string) error {
 	if _, err := flanneld.LoadConfig(o.NetConfPath); err != nil {
 		return err
 	}
-	cfg, err := restConfig(kubeconfig, 20, 40)
-	if err != nil {
+	if o.Client, err = nodeClient(kubeconfig); err != nil {
 		return err
-	}
-	if o.Client, err = kubernetes.NewForConfig(cfg); err != nil {
-		return fmt.Errorf("API client: %w", err)
 	}
 	d, err := flanneld.New(o)
 	if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
@@ -22,4 +23,18 @@ func restConfig(kubeconfig string, qps float32, burst int) (*rest.Config, error)
 	}
 	cfg.QPS, cfg.Burst = qps, burst
 	return cfg, nil
+}
+
+// nodeClient is the client of the node daemons (agent, flanneld, proxy):
+// kube's default rate limits doubled, as kube-proxy's are.
+func nodeClient(kubeconfig string) (kubernetes.Interface, error) {
+	cfg, err := restConfig(kubeconfig, 20, 40)
+	if err != nil {
+		return nil, err
+	}
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("API client: %w", err)
+	}
+	return c, nil
 }

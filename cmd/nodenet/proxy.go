@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodenet/nodenet/proxy"
 	"github.com/nodenet/nodenet/proxy/app"
@@ -77,13 +76,9 @@ func runProxy(ctx context.Context, args []string) error {
 	}
 	o.Core.LocalAddrs = localAddrs
 	o.Core.Conntrack = proxy.NetlinkConntrack{}
-	cfg, err := restConfig(kubeconfig, 20, 40)
+	client, err := nodeClient(kubeconfig)
 	if err != nil {
 		return err
-	}
-	client, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		return fmt.Errorf("build client: %w", err)
 	}
 	return app.Run(ctx, o, modes, client)
 }

@@ -190,12 +190,8 @@ func runAgent(ctx context.Context, args []string) error {
 	if o.Self, err = os.Executable(); err != nil {
 		return err
 	}
-	cfg, err := restConfig(kubeconfig, 20, 40)
-	if err != nil {
+	if o.Client, err = nodeClient(kubeconfig); err != nil {
 		return err
-	}
-	if o.Client, err = kubernetes.NewForConfig(cfg); err != nil {
-		return fmt.Errorf("API client: %w", err)
 	}
 	a, err := node.New(o)
 	if err != nil {
