@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"time"
 
-
 	"github.com/nodenet/nodenet/flanneld"
 	"github.com/nodenet/nodenet/flanneld/subnetenv"
 )
