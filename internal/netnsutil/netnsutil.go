@@ -12,10 +12,18 @@ import (
 )
 
 // Do runs fn on a thread switched into the namespace at path. Sockets fn
-// opens and child processes it starts stay in that namespace. If the thread
-// cannot be switched back it stays locked, so Go retires it instead of
-// reusing a thread in the wrong namespace.
+// opens and child processes it starts stay in that namespace. fn runs on a
+// goroutine of its own, locked to its thread: if the thread cannot be
+// switched back, that goroutine exits still locked and Go retires the
+// thread, so neither the caller nor any other goroutine ever runs in the
+// wrong namespace.
 func Do(path string, fn func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- onThread(path, fn) }()
+	return <-done
+}
+
+func onThread(path string, fn func() error) error {
 	runtime.LockOSThread()
 	orig, err := netns.Get()
 	if err != nil {
@@ -35,7 +43,7 @@ func Do(path string, fn func() error) error {
 	}
 	ferr := fn()
 	if err := netns.Set(orig); err != nil {
-		return errors.Join(ferr, fmt.Errorf("restore netns: %w", err))
+		return errors.Join(ferr, fmt.Errorf("restore netns: %w", err)) // exits locked
 	}
 	runtime.UnlockOSThread()
 	return ferr
