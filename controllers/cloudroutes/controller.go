@@ -1,6 +1,7 @@
 package cloudroutes
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -15,6 +16,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/nodenet/nodenet/controllers/internal/ctrlutil"
 )
 
 // syncKey is the only queue key: the table is reconciled as a whole, so
@@ -44,21 +47,13 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, o
 	if err != nil {
 		return nil, err
 	}
-	if recorder == nil {
-		recorder = nopRecorder{}
-	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
 	c := &Controller{
 		config:   cfg,
 		client:   client,
-		recorder: recorder,
-		log:      log.With("controller", "cloudroutes"),
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "cloudroutes"}),
-		skipped: map[podCIDRKey]string{},
+		recorder: ctrlutil.Recorder(recorder),
+		log:      cmp.Or(log, slog.New(slog.DiscardHandler)).With("controller", "cloudroutes"),
+		queue:    ctrlutil.NewQueue("cloudroutes"),
+		skipped:  map[podCIDRKey]string{},
 	}
 	informer := factory.Core().V1().Nodes()
 	c.nodes = informer.Lister()

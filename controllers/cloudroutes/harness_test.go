@@ -1,7 +1,6 @@
 package cloudroutes
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -15,25 +14,12 @@ import (
 )
 
 // startController runs a controller against the API server until the test
-// ends, and waits for Run to return before the server stops.
+// ends, and waits for Run to return before the server stops. Events go to
+// rec (nil drops them), not to the API server.
 func startController(t *testing.T, client kubernetes.Interface, opts Options, rec record.EventRecorder) {
 	t.Helper()
-	factory := informers.NewSharedInformerFactory(client, 0)
-	c, err := New(client, factory, opts, rec, testapi.Logger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	factory.Start(ctx.Done())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		c.Run(ctx, 2)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		factory.Shutdown()
+	testapi.RunController(t, client, "nodenet-cloudroutes", 2, func(f informers.SharedInformerFactory, _ record.EventRecorder) (testapi.Runner, error) {
+		return New(client, f, opts, rec, testapi.Logger())
 	})
 }
 

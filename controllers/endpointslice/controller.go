@@ -1,6 +1,7 @@
 package endpointslice
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +19,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/nodenet/nodenet/controllers/internal/ctrlutil"
 )
 
 // ControllerName is the value of the endpointslice.kubernetes.io/managed-by
@@ -100,13 +103,6 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, o
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	if recorder == nil {
-		recorder = nopRecorder{}
-	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
-	}
-
 	svcInf := factory.Core().V1().Services()
 	podInf := factory.Core().V1().Pods()
 	nodeInf := factory.Core().V1().Nodes()
@@ -115,18 +111,16 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, o
 	c := &Controller{
 		client:       client,
 		opts:         opts,
-		recorder:     recorder,
-		log:          log.With("controller", "endpointslice"),
+		recorder:     ctrlutil.Recorder(recorder),
+		log:          cmp.Or(log, slog.New(slog.DiscardHandler)).With("controller", "endpointslice"),
 		services:     svcInf.Lister(),
 		nodes:        nodeInf.Lister(),
 		slices:       sliceInf.Lister(),
 		podIndex:     podInf.Informer().GetIndexer(),
 		serviceIndex: svcInf.Informer().GetIndexer(),
 		sliceIndex:   sliceInf.Informer().GetIndexer(),
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "endpointslice"}),
-		triggers: newTriggerTimes(),
+		queue:        ctrlutil.NewQueue("endpointslice"),
+		triggers:     newTriggerTimes(),
 	}
 	c.tracker = newSliceTracker(func(ns, name string) *discoveryv1.EndpointSlice {
 		s, err := c.slices.EndpointSlices(ns).Get(name)
@@ -141,7 +135,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, o
 		indexers cache.Indexers
 	}{
 		{svcInf.Informer(), cache.Indexers{serviceBySelectorIndex: serviceSelectorPairs}},
-		{podInf.Informer(), cache.Indexers{podByLabelIndex: podLabelPairs, podByNodeIndex: podNode}},
+		{podInf.Informer(), cache.Indexers{podByLabelIndex: podLabelPairs, podByNodeIndex: ctrlutil.PodNodeName}},
 		{sliceInf.Informer(), cache.Indexers{sliceByServiceIndex: sliceService}},
 	} {
 		if err := ix.inf.AddIndexers(ix.indexers); err != nil {

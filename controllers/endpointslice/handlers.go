@@ -7,7 +7,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // Event handlers only find the affected Services and queue their keys
@@ -216,12 +215,4 @@ func (c *Controller) sliceEvent(key string) func(own, wake bool) {
 			c.enqueue(key, time.Time{})
 		}
 	}
-}
-
-// nopRecorder stands in for a nil EventRecorder.
-type nopRecorder struct{}
-
-func (nopRecorder) Event(runtime.Object, string, string, string)          {}
-func (nopRecorder) Eventf(runtime.Object, string, string, string, ...any) {}
-func (nopRecorder) AnnotatedEventf(runtime.Object, map[string]string, string, string, string, ...any) {
 }

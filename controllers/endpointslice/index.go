@@ -45,14 +45,6 @@ func podLabelPairs(obj any) ([]string, error) {
 	return out, nil
 }
 
-func podNode(obj any) ([]string, error) {
-	pod, ok := obj.(*corev1.Pod)
-	if !ok || pod.Spec.NodeName == "" {
-		return nil, nil
-	}
-	return []string{pod.Spec.NodeName}, nil
-}
-
 // sliceService indexes only our slices, by their Service's key.
 func sliceService(obj any) ([]string, error) {
 	s, ok := obj.(*discoveryv1.EndpointSlice)

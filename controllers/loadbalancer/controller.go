@@ -1,9 +1,9 @@
 package loadbalancer
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"github.com/nodenet/nodenet/controllers/internal/workers"
 	"log/slog"
 	"net/netip"
 	"sync"
@@ -16,6 +16,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/nodenet/nodenet/controllers/internal/ctrlutil"
+	"github.com/nodenet/nodenet/controllers/internal/workers"
 )
 
 // Event reasons, for users who filter events.
@@ -49,22 +52,14 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, o
 	if err != nil {
 		return nil, err
 	}
-	if recorder == nil {
-		recorder = nopRecorder{}
-	}
-	if log == nil {
-		log = slog.Default()
-	}
 	inf := factory.Core().V1().Services()
 	c := &Controller{
 		client:   client,
 		services: inf.Lister(),
 		synced:   inf.Informer().HasSynced,
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "loadbalancer"}),
-		recorder: recorder,
-		log:      log,
+		queue:    ctrlutil.NewQueue("loadbalancer"),
+		recorder: ctrlutil.Recorder(recorder),
+		log:      cmp.Or(log, slog.Default()),
 		alloc:    newAllocator(pools),
 		waiting:  map[string]bool{},
 	}

@@ -1,6 +1,7 @@
 package nodeipam
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/nodenet/nodenet/controllers/internal/ctrlutil"
 	"github.com/nodenet/nodenet/ipam/cidrset"
 )
 
@@ -77,26 +79,19 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, o
 	if err != nil {
 		return nil, err
 	}
-	if recorder == nil {
-		recorder = nopRecorder{}
-	}
-	if log == nil {
-		log = slog.Default()
-	}
 	informer := factory.Core().V1().Nodes()
 	c := &Controller{
 		client:   client,
 		nodes:    informer.Lister(),
-		recorder: recorder,
-		log:      log.With("controller", "nodeipam"),
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodeipam"}),
-		sets:    sets,
-		owners:  map[netip.Prefix]string{},
-		byNode:  map[string]*assignment{},
-		claims:  map[netip.Prefix][]string{},
-		waiting: map[string]bool{},
-		warned:  map[string]string{},
+		recorder: ctrlutil.Recorder(recorder),
+		log:      cmp.Or(log, slog.Default()).With("controller", "nodeipam"),
+		queue:    ctrlutil.NewQueue("nodeipam"),
+		sets:     sets,
+		owners:   map[netip.Prefix]string{},
+		byNode:   map[string]*assignment{},
+		claims:   map[netip.Prefix][]string{},
+		waiting:  map[string]bool{},
+		warned:   map[string]string{},
 	}
 	reg, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: c.enqueue,

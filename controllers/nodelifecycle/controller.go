@@ -1,9 +1,9 @@
 package nodelifecycle
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"github.com/nodenet/nodenet/controllers/internal/workers"
 	"log/slog"
 	"sync"
 	"time"
@@ -20,6 +20,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/nodenet/nodenet/controllers/internal/ctrlutil"
+	"github.com/nodenet/nodenet/controllers/internal/workers"
 )
 
 // LeaseNamespace holds the nodes' heartbeat Leases.
@@ -60,30 +63,22 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, o
 	if err != nil {
 		return nil, err
 	}
-	if recorder == nil {
-		recorder = nopRecorder{}
-	}
-	if log == nil {
-		log = slog.Default()
-	}
 	nodeInf := factory.Core().V1().Nodes()
 	leaseInf := factory.Coordination().V1().Leases()
 	podInf := factory.Core().V1().Pods()
 	c := &Controller{
-		client: client,
-		opts:   opts,
-		nodes:  nodeInf.Lister(),
-		leases: leaseInf.Lister(),
-		pods:   podInf.Informer().GetIndexer(),
-		synced: []cache.InformerSynced{nodeInf.Informer().HasSynced, leaseInf.Informer().HasSynced, podInf.Informer().HasSynced},
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "nodelifecycle"}),
-		recorder: recorder,
-		log:      log,
+		client:   client,
+		opts:     opts,
+		nodes:    nodeInf.Lister(),
+		leases:   leaseInf.Lister(),
+		pods:     podInf.Informer().GetIndexer(),
+		synced:   []cache.InformerSynced{nodeInf.Informer().HasSynced, leaseInf.Informer().HasSynced, podInf.Informer().HasSynced},
+		queue:    ctrlutil.NewQueue("nodelifecycle"),
+		recorder: ctrlutil.Recorder(recorder),
+		log:      cmp.Or(log, slog.Default()),
 		health:   map[string]*health{},
 	}
-	if err := podInf.Informer().AddIndexers(cache.Indexers{podsByNode: indexByNode}); err != nil {
+	if err := podInf.Informer().AddIndexers(cache.Indexers{podsByNode: ctrlutil.PodNodeName}); err != nil {
 		return nil, fmt.Errorf("add pod index: %w", err)
 	}
 	if _, err := nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -110,13 +105,6 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, o
 		return nil, fmt.Errorf("register pod handler: %w", err)
 	}
 	return c, nil
-}
-
-func indexByNode(obj any) ([]string, error) {
-	if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
-		return []string{p.Spec.NodeName}, nil
-	}
-	return nil, nil
 }
 
 func isNodeLease(obj any) bool {

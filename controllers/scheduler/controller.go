@@ -1,9 +1,9 @@
 package scheduler
 
 import (
+	"cmp"
 	"context"
 	"fmt"
-	"github.com/nodenet/nodenet/controllers/internal/workers"
 	"log/slog"
 	"sync"
 
@@ -17,6 +17,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/nodenet/nodenet/controllers/internal/ctrlutil"
+	"github.com/nodenet/nodenet/controllers/internal/workers"
 )
 
 // podsByNode indexes pods by spec.nodeName. The name is qualified so it
@@ -56,30 +59,22 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, o
 	if err != nil {
 		return nil, err
 	}
-	if recorder == nil {
-		recorder = nopRecorder{}
-	}
-	if log == nil {
-		log = slog.Default()
-	}
 	podInf := factory.Core().V1().Pods()
 	nodeInf := factory.Core().V1().Nodes()
 	c := &Controller{
-		client:   client,
-		opts:     opts,
-		pods:     podInf.Lister(),
-		podIndex: podInf.Informer().GetIndexer(),
-		nodes:    nodeInf.Lister(),
-		synced:   []cache.InformerSynced{podInf.Informer().HasSynced, nodeInf.Informer().HasSynced},
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "scheduler"}),
-		recorder:      recorder,
-		log:           log,
+		client:        client,
+		opts:          opts,
+		pods:          podInf.Lister(),
+		podIndex:      podInf.Informer().GetIndexer(),
+		nodes:         nodeInf.Lister(),
+		synced:        []cache.InformerSynced{podInf.Informer().HasSynced, nodeInf.Informer().HasSynced},
+		queue:         ctrlutil.NewQueue("scheduler"),
+		recorder:      ctrlutil.Recorder(recorder),
+		log:           cmp.Or(log, slog.Default()),
 		assumed:       map[string]assumedPod{},
 		unschedulable: map[string]bool{},
 	}
-	if err := podInf.Informer().AddIndexers(cache.Indexers{podsByNode: indexByNode}); err != nil {
+	if err := podInf.Informer().AddIndexers(cache.Indexers{podsByNode: ctrlutil.PodNodeName}); err != nil {
 		return nil, fmt.Errorf("add pod index: %w", err)
 	}
 	if _, err := podInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -102,13 +97,6 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, o
 		return nil, fmt.Errorf("register node handler: %w", err)
 	}
 	return c, nil
-}
-
-func indexByNode(obj any) ([]string, error) {
-	if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
-		return []string{p.Spec.NodeName}, nil
-	}
-	return nil, nil
 }
 
 func (c *Controller) onPod(obj any) {

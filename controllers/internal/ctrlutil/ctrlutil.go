@@ -1,0 +1,45 @@
+// Package ctrlutil holds the constructor preamble the controllers share:
+// their work queue, the stand-in for a missing event recorder, and the
+// pod-by-node index.
+package ctrlutil
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+)
+
+// NewQueue returns the rate-limited queue of object keys a controller works
+// from, with client-go's default controller backoff; name labels the queue's
+// metrics.
+func NewQueue(name string) workqueue.TypedRateLimitingInterface[string] {
+	return workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: name})
+}
+
+// PodNodeName is a cache.IndexFunc indexing pods by spec.nodeName; pods not
+// yet bound to a node are left out of the index.
+func PodNodeName(obj any) ([]string, error) {
+	if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+		return []string{p.Spec.NodeName}, nil
+	}
+	return nil, nil
+}
+
+// Recorder returns r, or a recorder that drops every event when r is nil.
+func Recorder(r record.EventRecorder) record.EventRecorder {
+	if r == nil {
+		return nopRecorder{}
+	}
+	return r
+}
+
+// nopRecorder stands in for a nil record.EventRecorder.
+type nopRecorder struct{}
+
+func (nopRecorder) Event(runtime.Object, string, string, string)          {}
+func (nopRecorder) Eventf(runtime.Object, string, string, string, ...any) {}
+func (nopRecorder) AnnotatedEventf(runtime.Object, map[string]string, string, string, string, ...any) {
+}
