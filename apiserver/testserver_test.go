@@ -2,19 +2,16 @@ package apiserver_test
 
 import (
 	"context"
-	"io"
-	"log/slog"
 	"net/url"
-	"os"
 	"strconv"
 	"testing"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/nodenet/nodenet/apiserver"
+	"github.com/nodenet/nodenet/internal/testapi"
 )
 
 // testServer runs a real API server with embedded etcd in a temp dir.
@@ -26,20 +23,13 @@ type testServer struct {
 	client kubernetes.Interface
 }
 
-func testLogger() *slog.Logger {
-	if os.Getenv("NODENET_TEST_LOG") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
-
 // startServer starts a server; mutate may change the config first.
 func startServer(t testing.TB, mutate ...func(*apiserver.Config)) *testServer {
 	t.Helper()
 	cfg := apiserver.Config{
 		DataDir:    t.TempDir(),
 		SecurePort: 0,
-		Logger:     testLogger(),
+		Logger:     testapi.Logger(),
 	}
 	for _, m := range mutate {
 		m(&cfg)
@@ -63,7 +53,7 @@ func (ts *testServer) start(t testing.TB) {
 	if u, err := url.Parse(srv.URL()); err == nil {
 		ts.cfg.SecurePort, _ = strconv.Atoi(u.Port())
 	}
-	ts.config = restConfig(t, srv.KubeconfigPath())
+	ts.config = testapi.RestConfig(t, srv.KubeconfigPath())
 	ts.client = kubernetes.NewForConfigOrDie(ts.config)
 }
 
@@ -73,16 +63,6 @@ func (ts *testServer) restart(t testing.TB) {
 	t.Helper()
 	ts.Stop()
 	ts.start(t)
-}
-
-func restConfig(t testing.TB, kubeconfig string) *rest.Config {
-	t.Helper()
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		t.Fatalf("load kubeconfig: %v", err)
-	}
-	cfg.QPS, cfg.Burst = -1, 0 // no client-side rate limit
-	return cfg
 }
 
 func ctxT(t testing.TB) context.Context {

@@ -44,12 +44,20 @@ func Start(t testing.TB, mutate ...func(*apiserver.Config)) *Server {
 		t.Fatalf("start API server: %v", err)
 	}
 	t.Cleanup(srv.Stop)
-	rc, err := clientcmd.BuildConfigFromFlags("", srv.KubeconfigPath())
+	rc := RestConfig(t, srv.KubeconfigPath())
+	return &Server{Server: srv, Config: rc, Client: kubernetes.NewForConfigOrDie(rc)}
+}
+
+// RestConfig loads a kubeconfig for a test client, without client-side
+// rate limits.
+func RestConfig(t testing.TB, kubeconfig string) *rest.Config {
+	t.Helper()
+	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		t.Fatalf("load kubeconfig: %v", err)
 	}
 	rc.QPS, rc.Burst = -1, 0
-	return &Server{Server: srv, Config: rc, Client: kubernetes.NewForConfigOrDie(rc)}
+	return rc
 }
 
 // Context returns a context cancelled at the end of the test.
