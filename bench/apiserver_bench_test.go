@@ -53,23 +53,20 @@ func scaleFor(tb testing.TB) benchScale {
 	} else if testing.Short() {
 		factor = 0.02
 	}
-	set := map[string]bool{}
-	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	scaled := func(name string, v int) int {
-		if set[name] {
-			return v
-		}
-		return max(1, int(math.Round(float64(v)*factor)))
+	s := benchScale{Workers: *flagWorkers, Runs: *flagRuns, PageSize: *flagPage, Factor: factor}
+	s.N = s.scaled("nodenet.n", *flagN)
+	s.Watchers = s.scaled("nodenet.watchers", *flagWatchers)
+	s.Updates = s.scaled("nodenet.updates", *flagUpdates)
+	return s
+}
+
+// scaled is v, the value of flag name, as given on the command line, or
+// else v times the scale factor (at least 1).
+func (s benchScale) scaled(name string, v int) int {
+	if flagSet(name) {
+		return v
 	}
-	return benchScale{
-		N:        scaled("nodenet.n", *flagN),
-		Workers:  *flagWorkers,
-		Watchers: scaled("nodenet.watchers", *flagWatchers),
-		Updates:  scaled("nodenet.updates", *flagUpdates),
-		Runs:     *flagRuns,
-		PageSize: *flagPage,
-		Factor:   factor,
-	}
+	return max(1, int(math.Round(float64(v)*s.Factor)))
 }
 
 // startServer starts a fresh server process for one benchmark or test and
@@ -96,6 +93,26 @@ func benchCtx(b *testing.B) context.Context {
 	return ctx
 }
 
+// apiServerBench starts an API server benchmark: its scale (logged), a
+// context and a fresh server.
+func apiServerBench(b *testing.B) (benchScale, context.Context, *Server) {
+	b.Helper()
+	sc := scaleFor(b)
+	ctx := benchCtx(b)
+	srv := startServer(b)
+	b.Logf("scale: %v", sc)
+	return sc, ctx, srv
+}
+
+// storeServices creates n Services (no EndpointSlices) in namespace ns,
+// untimed, for the scenarios that read them.
+func storeServices(b *testing.B, ctx context.Context, srv *Server, ns string, n, workers int) {
+	b.Helper()
+	if _, err := CreateObjects(ctx, srv.Client, CreateOptions{Namespace: ns, N: n, Workers: workers, SkipSlices: true}); err != nil {
+		b.Fatal(err)
+	}
+}
+
 // cost measures what the code between costMeter and its returned func took
 // in CPU and allocation, in the server and in the harness.
 type cost struct {
@@ -107,7 +124,10 @@ func (c cost) String() string {
 		c.Server.CPU.Seconds(), c.Server.AllocBytes/(1<<20), c.Harness.CPU.Seconds())
 }
 
-func (c cost) report(b *testing.B) {
+// reportServer reports what every API server benchmark does about the
+// server: its RSS after the run and the CPU and allocation the run cost it.
+func reportServer(b *testing.B, mem Memory, c cost) {
+	b.ReportMetric(MiB(mem.RSS), "rss-MiB")
 	b.ReportMetric(c.Server.CPU.Seconds(), "srv-cpu-s")
 	b.ReportMetric(c.Server.AllocBytes/(1<<20), "srv-alloc-MiB")
 }
@@ -140,10 +160,7 @@ func memory(tb testing.TB, ctx context.Context, srv *Server) Memory {
 // BenchmarkAPIServerCreate: N Services then N EndpointSlices, each phase from
 // -nodenet.workers concurrent creates through one client (QPS limit lifted).
 func BenchmarkAPIServerCreate(b *testing.B) {
-	sc := scaleFor(b)
-	ctx := benchCtx(b)
-	srv := startServer(b)
-	b.Logf("scale: %v", sc)
+	sc, ctx, srv := apiServerBench(b)
 	var res *CreateResult
 	done := costMeter(b, ctx, srv)
 	b.ResetTimer()
@@ -168,8 +185,7 @@ func BenchmarkAPIServerCreate(b *testing.B) {
 	b.ReportMetric(Ms(res.Services.Latency.P99), "svc-p99-ms")
 	b.ReportMetric(Ms(res.Slices.Latency.P50), "slice-p50-ms")
 	b.ReportMetric(Ms(res.Slices.Latency.P99), "slice-p99-ms")
-	b.ReportMetric(MiB(mem.RSS), "rss-MiB")
-	spent.report(b)
+	reportServer(b, mem, spent)
 }
 
 // BenchmarkAPIServerList: with N Services stored (created untimed), list them
@@ -177,14 +193,9 @@ func BenchmarkAPIServerCreate(b *testing.B) {
 // cache (resourceVersion="0") and paged (limit=-nodenet.page); then the
 // server's memory.
 func BenchmarkAPIServerList(b *testing.B) {
-	sc := scaleFor(b)
-	ctx := benchCtx(b)
-	srv := startServer(b)
-	b.Logf("scale: %v", sc)
+	sc, ctx, srv := apiServerBench(b)
 	const ns = "bench-list"
-	if _, err := CreateObjects(ctx, srv.Client, CreateOptions{Namespace: ns, N: sc.N, Workers: sc.Workers, SkipSlices: true}); err != nil {
-		b.Fatal(err)
-	}
+	storeServices(b, ctx, srv, ns, sc.N, sc.Workers)
 	before := memory(b, ctx, srv)
 	var res *ListResult
 	done := costMeter(b, ctx, srv)
@@ -211,10 +222,9 @@ func BenchmarkAPIServerList(b *testing.B) {
 	b.ReportMetric(Ms(res.Cache.Latency.Max), "cache-max-ms")
 	b.ReportMetric(Ms(res.Paged.Latency.P50), "paged-p50-ms")
 	b.ReportMetric(Ms(res.Paged.Latency.Max), "paged-max-ms")
-	b.ReportMetric(MiB(mem.RSS), "rss-MiB")
 	b.ReportMetric(MiB(mem.PeakRSS), "peak-rss-MiB")
 	b.ReportMetric(MiB(mem.HeapInuse), "heap-MiB")
-	spent.report(b)
+	reportServer(b, mem, spent)
 }
 
 // BenchmarkAPIServerWatchFanout: with N Services stored (created untimed),
@@ -222,14 +232,9 @@ func BenchmarkAPIServerList(b *testing.B) {
 // -nodenet.updates annotation patches written by -nodenet.workers writers.
 // Latency is from write start to receipt at each watcher.
 func BenchmarkAPIServerWatchFanout(b *testing.B) {
-	sc := scaleFor(b)
-	ctx := benchCtx(b)
-	srv := startServer(b)
-	b.Logf("scale: %v", sc)
+	sc, ctx, srv := apiServerBench(b)
 	const ns = "bench-watch"
-	if _, err := CreateObjects(ctx, srv.Client, CreateOptions{Namespace: ns, N: sc.N, Workers: sc.Workers, SkipSlices: true}); err != nil {
-		b.Fatal(err)
-	}
+	storeServices(b, ctx, srv, ns, sc.N, sc.Workers)
 	targets := make([]string, sc.N)
 	for i := range targets {
 		targets[i] = ServiceName(i)
@@ -266,8 +271,7 @@ func BenchmarkAPIServerWatchFanout(b *testing.B) {
 	b.ReportMetric(res.EventsPerSec, "events/s")
 	b.ReportMetric(res.WritesPerSec, "writes/s")
 	b.ReportMetric(Ms(res.WriteLatency.P50), "write-p50-ms")
-	b.ReportMetric(MiB(mem.RSS), "rss-MiB")
-	spent.report(b)
+	reportServer(b, mem, spent)
 	if res.Lost != 0 || res.Duplicates != 0 {
 		b.Errorf("lost %d events, %d duplicates", res.Lost, res.Duplicates)
 	}

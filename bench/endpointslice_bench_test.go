@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -18,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/nodenet/nodenet/controllers/endpointslice"
@@ -64,14 +62,8 @@ func (r epsResult) String() string {
 // watcher seeing the endpoint ready. Run with -benchtime=1x.
 func BenchmarkEndpointSlice(b *testing.B) {
 	sc := scaleFor(b)
-	scaled := func(name string, v int) int {
-		if epsFlagSet(name) {
-			return v
-		}
-		return max(1, int(math.Round(float64(v)*sc.Factor)))
-	}
-	svcs := scaled("nodenet.eps.services", *flagEPSServices)
-	flips := min(scaled("nodenet.eps.flips", *flagEPSFlips), svcs)
+	svcs := sc.scaled("nodenet.eps.services", *flagEPSServices)
+	flips := min(sc.scaled("nodenet.eps.flips", *flagEPSFlips), svcs)
 	b.Logf("services=%d pods/service=%d flips=%d create-workers=%d controller-workers=%d (scale %g)",
 		svcs, *flagEPSPods, flips, sc.Workers, *flagEPSWorkers, sc.Factor)
 	var res epsResult
@@ -90,12 +82,6 @@ func BenchmarkEndpointSlice(b *testing.B) {
 	b.ReportMetric(Ms(res.Flip.P50), "flip-p50-ms")
 	b.ReportMetric(Ms(res.Flip.P99), "flip-p99-ms")
 	b.ReportMetric(Ms(res.Flip.Max), "flip-max-ms")
-}
-
-func epsFlagSet(name string) bool {
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
 }
 
 func epsServiceName(i int) string { return fmt.Sprintf("eps-%04d", i) }
@@ -192,26 +178,17 @@ func runEndpointSlice(b *testing.B, services, perPod, flips, createWorkers, cont
 
 	// The controller, with a client that counts its slice writes.
 	var writes atomic.Int64
-	cfg := rest.CopyConfig(srv.Config)
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		return epsRoundTrip(func(req *http.Request) (*http.Response, error) {
-			if req.Method != http.MethodGet && strings.Contains(req.URL.Path, "/endpointslices") {
-				writes.Add(1)
-			}
-			return rt.RoundTrip(req)
-		})
-	}
-	ctrlClient := kubernetes.NewForConfigOrDie(cfg)
+	ctrlClient := kubernetes.NewForConfigOrDie(observedConfig(srv.Config, func(req *http.Request) {
+		if req.Method != http.MethodGet && strings.Contains(req.URL.Path, "/endpointslices") {
+			writes.Add(1)
+		}
+	}))
 	ctrlFactory := informers.NewSharedInformerFactory(ctrlClient, 0)
 	ctrl, err := endpointslice.New(ctrlClient, ctrlFactory, endpointslice.Options{}, nil, testapi.Logger())
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctrlCtx, stopCtrl := context.WithCancel(ctx)
-	ctrlFactory.Start(ctrlCtx.Done())
-	ctrlDone := make(chan struct{})
-	go func() { defer close(ctrlDone); ctrl.Run(ctrlCtx, controllerWorkers) }()
-	defer func() { stopCtrl(); <-ctrlDone; ctrlFactory.Shutdown() }()
+	defer runController(ctx, ctrlFactory, func(ctx context.Context) { ctrl.Run(ctx, controllerWorkers) })()
 
 	// The watcher: its own client and informer, like a node's proxy.
 	w := newSliceWatcher(services, perPod)
@@ -229,12 +206,7 @@ func runEndpointSlice(b *testing.B, services, perPod, flips, createWorkers, cont
 	}); err != nil {
 		b.Fatal(err)
 	}
-	// Shutdown waits for the informers, which stop only when their channel
-	// closes: cancel first.
-	watchCtx, stopWatch := context.WithCancel(ctx)
-	watchFactory.Start(watchCtx.Done())
-	defer func() { stopWatch(); watchFactory.Shutdown() }()
-	watchFactory.WaitForCacheSync(ctx.Done())
+	defer startInformers(ctx, watchFactory)()
 
 	b.StartTimer()
 	start := time.Now()
@@ -367,7 +339,3 @@ func setEPSReady(ctx context.Context, client kubernetes.Interface, pod *corev1.P
 	}
 	return out, nil
 }
-
-type epsRoundTrip func(*http.Request) (*http.Response, error)
-
-func (f epsRoundTrip) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

@@ -253,17 +253,12 @@ func tputCluster(b *testing.B, backend string) (*nettest.NS, *nettest.NS, netip.
 
 // tputStartIPAM runs the node IPAM controller until the benchmark ends.
 func tputStartIPAM(b *testing.B, api *testapi.Server, cidrs ...string) {
-	ctx, cancel := context.WithCancel(context.Background())
 	factory := informers.NewSharedInformerFactory(api.Client, 0)
 	ctrl, err := nodeipam.New(api.Client, factory, nodeipam.Options{ClusterCIDRs: cidrs}, nil, testapi.Logger())
 	if err != nil {
-		cancel()
 		b.Fatal(err)
 	}
-	factory.Start(ctx.Done())
-	done := make(chan struct{})
-	go func() { ctrl.Run(ctx, 2); close(done) }()
-	b.Cleanup(func() { cancel(); <-done; factory.Shutdown() })
+	b.Cleanup(runController(context.Background(), factory, func(ctx context.Context) { ctrl.Run(ctx, 2) }))
 }
 
 // tputStartFlanneld runs one daemon until the benchmark ends and waits

@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"math"
 	"net/http"
 	"strings"
 	"sync"
@@ -16,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/nodenet/nodenet/controllers/nodeipam"
@@ -50,10 +48,7 @@ func (r nodeIPAMResult) String() string {
 // Run with -benchtime=1x: every iteration starts a fresh server.
 func BenchmarkNodeIPAM(b *testing.B) {
 	sc := scaleFor(b)
-	n := *flagIPAMNodes
-	if !ipamFlagSet("nodenet.ipam.nodes") {
-		n = max(1, int(math.Round(float64(n)*sc.Factor)))
-	}
+	n := sc.scaled("nodenet.ipam.nodes", *flagIPAMNodes)
 	b.Logf("nodes=%d create-workers=%d controller-workers=%d (scale %g)", n, sc.Workers, *flagIPAMWorkers, sc.Factor)
 	var res nodeIPAMResult
 	for i := 0; i < b.N; i++ {
@@ -68,12 +63,6 @@ func BenchmarkNodeIPAM(b *testing.B) {
 	b.ReportMetric(float64(res.Patches)/float64(res.Nodes), "patches/node")
 }
 
-func ipamFlagSet(name string) bool {
-	set := false
-	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
-}
-
 func runNodeIPAM(b *testing.B, n, createWorkers, controllerWorkers int) nodeIPAMResult {
 	b.StopTimer()
 	srv := testapi.Start(b)
@@ -81,29 +70,20 @@ func runNodeIPAM(b *testing.B, n, createWorkers, controllerWorkers int) nodeIPAM
 	defer cancel()
 
 	var patches, statusPatches atomic.Int64
-	cfg := rest.CopyConfig(srv.Config)
-	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
-		return ipamRoundTrip(func(req *http.Request) (*http.Response, error) {
-			if req.Method == http.MethodPatch && strings.Contains(req.URL.Path, "/nodes/") {
-				patches.Add(1)
-				if strings.HasSuffix(req.URL.Path, "/status") {
-					statusPatches.Add(1)
-				}
+	ctrlClient := kubernetes.NewForConfigOrDie(observedConfig(srv.Config, func(req *http.Request) {
+		if req.Method == http.MethodPatch && strings.Contains(req.URL.Path, "/nodes/") {
+			patches.Add(1)
+			if strings.HasSuffix(req.URL.Path, "/status") {
+				statusPatches.Add(1)
 			}
-			return rt.RoundTrip(req)
-		})
-	}
-	ctrlClient := kubernetes.NewForConfigOrDie(cfg)
+		}
+	}))
 	ctrlFactory := informers.NewSharedInformerFactory(ctrlClient, 0)
 	ctrl, err := nodeipam.New(ctrlClient, ctrlFactory, nodeipam.Options{ClusterCIDRs: []string{"10.128.0.0/9"}}, nil, testapi.Logger())
 	if err != nil {
 		b.Fatal(err)
 	}
-	ctrlCtx, stopCtrl := context.WithCancel(ctx)
-	ctrlFactory.Start(ctrlCtx.Done())
-	ctrlDone := make(chan struct{})
-	go func() { defer close(ctrlDone); ctrl.Run(ctrlCtx, controllerWorkers) }()
-	defer func() { stopCtrl(); <-ctrlDone; ctrlFactory.Shutdown() }()
+	defer runController(ctx, ctrlFactory, func(ctx context.Context) { ctrl.Run(ctx, controllerWorkers) })()
 
 	// The watcher: its own client and informer, counting Nodes with CIDRs.
 	watchFactory := informers.NewSharedInformerFactory(kubernetes.NewForConfigOrDie(srv.Config), 0)
@@ -130,10 +110,7 @@ func runNodeIPAM(b *testing.B, n, createWorkers, controllerWorkers int) nodeIPAM
 	}); err != nil {
 		b.Fatal(err)
 	}
-	watchCtx, stopWatch := context.WithCancel(ctx)
-	watchFactory.Start(watchCtx.Done())
-	defer func() { stopWatch(); watchFactory.Shutdown() }()
-	watchFactory.WaitForCacheSync(ctx.Done())
+	defer startInformers(ctx, watchFactory)()
 	if !cache.WaitForCacheSync(ctx.Done(), ctrlFactory.Core().V1().Nodes().Informer().HasSynced) {
 		b.Fatal("controller cache did not sync")
 	}
@@ -185,7 +162,3 @@ func ipamCreateNodes(ctx context.Context, client kubernetes.Interface, n, worker
 	}
 	return nil
 }
-
-type ipamRoundTrip func(*http.Request) (*http.Response, error)
-
-func (f ipamRoundTrip) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }

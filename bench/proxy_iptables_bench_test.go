@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -130,6 +131,25 @@ func procStatus(field string) float64 {
 // and TCP connect latency through a random ClusterIP (p50/p99).
 func BenchmarkProxyIPTables(b *testing.B) {
 	nettest.RequirePrivileged(b)
+	forEachProxyScale(b, runProxyIPTablesBench)
+}
+
+func runProxyIPTablesBench(b *testing.B, n int) {
+	ctx := context.Background()
+	topo := newProxyBenchTopology(b)
+	runner := iptables.ExecRunner{Prefix: []string{"ip", "netns", "exec", topo.node.Name()}, Family: proxy.IPv4, Variant: iptables.Variant(*flagProxyVariant)}
+	p, sy := proxySyncs(b, ctx, n, func() proxy.DataPlane { return iptables.New(proxy.IPv4, runner, nil) })
+	rng := rand.New(rand.NewPCG(uint64(n), 7))
+	ch := Summarize(replaceEndpoints(b, ctx, p, n, rng))
+	co := Summarize(timeConnects(b, topo, n, rng))
+	reportProxyFigures(b, sy, ch, co)
+	b.Logf("%d services (iptables-%s): full sync %v, restart sync %v, heap %.1f MiB, peak RSS %.1f MiB, %v rules; change→kernel %v; connect %v",
+		n, *flagProxyVariant, sy.full.Round(time.Millisecond), sy.restart.Round(time.Millisecond), sy.heap, sy.peakRSS, sy.rules, ch, co)
+}
+
+// forEachProxyScale runs run(b, n) b.N times in a sub-benchmark
+// "services=N" for each N of -nodenet.proxy.services.
+func forEachProxyScale(b *testing.B, run func(b *testing.B, n int)) {
 	for _, s := range strings.Split(*flagProxyScales, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil {
@@ -137,70 +157,114 @@ func BenchmarkProxyIPTables(b *testing.B) {
 		}
 		b.Run(fmt.Sprintf("services=%d", n), func(b *testing.B) {
 			for range b.N {
-				runProxyIPTablesBench(b, n)
+				run(b, n)
 			}
 		})
 	}
 }
 
-func runProxyIPTablesBench(b *testing.B, n int) {
-	ctx := context.Background()
-	topo := newProxyBenchTopology(b)
-	runner := iptables.ExecRunner{Prefix: []string{"ip", "netns", "exec", topo.node.Name()}, Family: proxy.IPv4, Variant: iptables.Variant(*flagProxyVariant)}
-	newProxy := func() *proxy.Proxy {
-		p, err := proxy.New(proxy.Config{
-			NodeName:     "bench-node",
-			ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")},
-		}, map[proxy.Family]proxy.DataPlane{proxy.IPv4: iptables.New(proxy.IPv4, runner, nil)})
-		if err != nil {
-			b.Fatal(err)
-		}
-		for i := range n {
-			p.Tracker().SetService(benchService(i))
-			p.Tracker().SetEndpointSlice(benchSlice(i, "1", addrN(benchEPBase, 2*i+1), addrN(benchEPBase, 2*i+2)))
-		}
-		return p
+// newBenchProxy is a proxy over dp whose tracker holds n services × 2
+// endpoints.
+func newBenchProxy(b *testing.B, n int, dp proxy.DataPlane) *proxy.Proxy {
+	b.Helper()
+	p, err := proxy.New(proxy.Config{
+		NodeName:     "bench-node",
+		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")},
+	}, map[proxy.Family]proxy.DataPlane{proxy.IPv4: dp})
+	if err != nil {
+		b.Fatal(err)
 	}
+	for i := range n {
+		p.Tracker().SetService(benchService(i))
+		p.Tracker().SetEndpointSlice(benchSlice(i, "1", addrN(benchEPBase, 2*i+1), addrN(benchEPBase, 2*i+2)))
+	}
+	return p
+}
 
+// proxySyncFigures are the figures of proxySyncs.
+type proxySyncFigures struct {
+	full, restart time.Duration
+	heap, peakRSS float64 // MiB: Go heap in use, VmHWM of the process
+	childRSS      float64 // MiB: the largest child (nft, iptables-restore) after the full sync
+	rules         float64 // nodenet_proxy_rules_programmed after the full sync
+}
+
+// proxySyncs times a cold full sync of a new proxy with n services (and the
+// memory it took), then a restarted proxy converging on what the first
+// programmed; it returns the restarted proxy. newDP makes each proxy's data
+// plane.
+func proxySyncs(b *testing.B, ctx context.Context, n int, newDP func() proxy.DataPlane) (*proxy.Proxy, proxySyncFigures) {
+	b.Helper()
+	var f proxySyncFigures
 	// Cold full sync.
-	p := newProxy()
+	p := newBenchProxy(b, n, newDP())
 	runtime.GC()
 	_ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) // reset VmHWM
 	start := time.Now()
 	if err := p.SyncNow(ctx, true); err != nil {
 		b.Fatalf("full sync: %v", err)
 	}
-	fullSync := time.Since(start)
-	peakRSS := procStatus("VmHWM")
+	f.full = time.Since(start)
+	f.peakRSS = procStatus("VmHWM")
+	f.childRSS = childMaxRSS()
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	heap := float64(ms.HeapInuse) / (1 << 20)
-	rules := metricGauge(p, "nodenet_proxy_rules_programmed")
+	f.heap = float64(ms.HeapInuse) / (1 << 20)
+	f.rules = metricGauge(p, "nodenet_proxy_rules_programmed")
 
 	// A restarted proxy converging on the rules already there.
-	p = newProxy()
+	p = newBenchProxy(b, n, newDP())
 	start = time.Now()
 	if err := p.SyncNow(ctx, false); err != nil {
 		b.Fatalf("restart sync: %v", err)
 	}
-	restartSync := time.Since(start)
+	f.restart = time.Since(start)
+	return p, f
+}
 
-	// One EndpointSlice change at a time → committed to the kernel.
-	rng := rand.New(rand.NewPCG(uint64(n), 7))
-	var changes []time.Duration
-	for k := range *flagProxyChanges {
-		i := rng.IntN(n)
-		sl := benchSlice(i, strconv.Itoa(k+2), addrN(benchEPBase, 2*i+1), addrN(benchEPBase, 2*n+k+1))
+func childMaxRSS() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_CHILDREN, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Maxrss) / 1024 // kB → MiB
+}
+
+// timeSliceChanges sets count EndpointSlices, slice(k) for k in [0, count),
+// one at a time, and times each from the tracker update until the sync
+// has committed it to the kernel; what names the sync in a failure.
+func timeSliceChanges(b *testing.B, ctx context.Context, p *proxy.Proxy, count int, what string, slice func(k int) *discoveryv1.EndpointSlice) []time.Duration {
+	b.Helper()
+	var d []time.Duration
+	for k := range count {
+		sl := slice(k)
 		start := time.Now()
 		p.Tracker().SetEndpointSlice(sl)
 		if err := p.SyncNow(ctx, false); err != nil {
-			b.Fatalf("partial sync: %v", err)
+			b.Fatalf("%s: %v", what, err)
 		}
-		changes = append(changes, time.Since(start))
+		d = append(d, time.Since(start))
 	}
+	return d
+}
 
-	// First-packet latency: new TCP connections to random ClusterIPs.
+// replaceEndpoints times -nodenet.proxy.changes EndpointSlice changes of a
+// random one of n services, each replacing its second endpoint with a new
+// one (the endpoint count stays 2).
+func replaceEndpoints(b *testing.B, ctx context.Context, p *proxy.Proxy, n int, rng *rand.Rand) []time.Duration {
+	b.Helper()
+	return timeSliceChanges(b, ctx, p, *flagProxyChanges, "partial sync", func(k int) *discoveryv1.EndpointSlice {
+		i := rng.IntN(n)
+		return benchSlice(i, strconv.Itoa(k+2), addrN(benchEPBase, 2*i+1), addrN(benchEPBase, 2*n+k+1))
+	})
+}
+
+// timeConnects is first-packet latency: -nodenet.proxy.connects new TCP
+// connections from the client namespace to random ones of n ClusterIPs.
+// Failed connects are not timed but fail the benchmark.
+func timeConnects(b *testing.B, topo *proxyBenchTopology, n int, rng *rand.Rand) []time.Duration {
+	b.Helper()
 	var connects []time.Duration
 	failures := 0
 	for range *flagProxyConnects {
@@ -224,18 +288,20 @@ func runProxyIPTablesBench(b *testing.B, n int) {
 	if failures > 0 {
 		b.Errorf("%d of %d connects through ClusterIPs failed", failures, *flagProxyConnects)
 	}
-	ch, co := Summarize(changes), Summarize(connects)
-	b.ReportMetric(fullSync.Seconds(), "full-sync-s")
-	b.ReportMetric(restartSync.Seconds(), "restart-sync-s")
-	b.ReportMetric(heap, "heap-MiB")
-	b.ReportMetric(peakRSS, "peak-rss-MiB")
-	b.ReportMetric(rules, "rules")
-	b.ReportMetric(Ms(ch.P50), "change-p50-ms")
-	b.ReportMetric(Ms(ch.P99), "change-p99-ms")
-	b.ReportMetric(Ms(co.P50), "connect-p50-ms")
-	b.ReportMetric(Ms(co.P99), "connect-p99-ms")
-	b.Logf("%d services (iptables-%s): full sync %v, restart sync %v, heap %.1f MiB, peak RSS %.1f MiB, %v rules; change→kernel %v; connect %v",
-		n, *flagProxyVariant, fullSync.Round(time.Millisecond), restartSync.Round(time.Millisecond), heap, peakRSS, rules, ch, co)
+	return connects
+}
+
+// reportProxyFigures reports the metrics both proxy benchmarks have.
+func reportProxyFigures(b *testing.B, sy proxySyncFigures, changes, connects Latency) {
+	b.ReportMetric(sy.full.Seconds(), "full-sync-s")
+	b.ReportMetric(sy.restart.Seconds(), "restart-sync-s")
+	b.ReportMetric(sy.heap, "heap-MiB")
+	b.ReportMetric(sy.peakRSS, "peak-rss-MiB")
+	b.ReportMetric(sy.rules, "rules")
+	b.ReportMetric(Ms(changes.P50), "change-p50-ms")
+	b.ReportMetric(Ms(changes.P99), "change-p99-ms")
+	b.ReportMetric(Ms(connects.P50), "connect-p50-ms")
+	b.ReportMetric(Ms(connects.P99), "connect-p99-ms")
 }
 
 func metricGauge(p *proxy.Proxy, name string) float64 {
