@@ -9,6 +9,7 @@ import (
 
 	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/proxy"
+	"github.com/nodenet/nodenet/proxy/proxytest"
 )
 
 // contractStep is one thing done to both the Fake and the kernel.
@@ -43,7 +44,7 @@ func normalizedSave(t *testing.T, r Runner) string {
 }
 
 func contractSteps(fam proxy.Family) []contractStep {
-	svcs := goldenServices(fam)
+	svcs := proxytest.GoldenServices(fam)
 	sync := func(cs proxy.ChangeSet, ports ...*proxy.ServicePort) func(*Proxier, Runner) error {
 		return func(p *Proxier, _ Runner) error {
 			_, err := p.Sync(context.Background(), mkSnap(fam, ports...), cs)

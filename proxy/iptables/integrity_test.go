@@ -2,10 +2,13 @@ package iptables
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"testing"
 
 	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/proxy"
+	"github.com/nodenet/nodenet/proxy/proxytest"
 )
 
 // TestIntact: the proxier notices its hooks or chains removed behind its
@@ -26,27 +29,10 @@ func TestIntact(t *testing.T) {
 	}
 	for name, mk := range runners {
 		t.Run(name, func(t *testing.T) {
-			ctx := context.Background()
 			r := mk(t)
-			p := New(proxy.IPv4, r, nil)
-			check := func(step string, want bool) {
-				t.Helper()
-				got, err := p.Intact(ctx)
-				if err != nil || got != want {
-					t.Fatalf("%s: Intact = %v, %v; want %v", step, got, err, want)
-				}
-			}
-			check("before the first sync", true)
-			for what, script := range damages {
-				if _, err := p.Sync(ctx, mkSnap(proxy.IPv4, goldenServices(proxy.IPv4)...), full); err != nil {
-					t.Fatal(err)
-				}
-				check("after a full sync", true)
-				if err := r.Restore(ctx, []byte(script)); err != nil {
-					t.Fatalf("%s: %v", what, err)
-				}
-				check("after "+what, false)
-			}
+			proxytest.CheckIntact(t, New(proxy.IPv4, r, nil), slices.Sorted(maps.Keys(damages)), func(ctx context.Context, what string) error {
+				return r.Restore(ctx, []byte(damages[what]))
+			})
 		})
 	}
 }

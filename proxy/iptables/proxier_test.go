@@ -4,75 +4,35 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"math/rand/v2"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/proxy"
+	"github.com/nodenet/nodenet/proxy/proxytest"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
 
 func TestMain(m *testing.M) { os.Exit(nettest.CheckNoLeaks(m)) }
 
-// goldenServices covers every feature once.
-func goldenServices(fam proxy.Family) []*proxy.ServicePort {
-	a := func(v4, v6 string) string {
-		if fam == proxy.IPv6 {
-			return v6
-		}
-		return v4
-	}
-	return []*proxy.ServicePort{
-		mkPort("default", "web", a("10.96.0.10", "fd00::10"), 80, proxy.TCP, withEndpoints(8080, a("10.244.1.2", "fd10::1:2"), a("10.244.2.2", "fd10::2:2"))),
-		mkPort("default", "dns", a("10.96.0.53", "fd00::53"), 53, proxy.UDP),
-		mkPort("default", "np", a("10.96.0.20", "fd00::20"), 80, proxy.TCP, withNodePort(30080), withEndpoints(8080, a("10.244.1.3", "fd10::1:3"))),
-		mkPort("default", "lb", a("10.96.0.30", "fd00::30"), 443, proxy.TCP, withNodePort(30443), withETPLocal,
-			withLB(a("192.0.2.10", "2001:db8::10"), a("203.0.113.0/24", "2001:db8:1::/48")),
-			withLocalEndpoints(8443, a("10.244.0.5", "fd10::5")), withEndpoints(8443, a("10.244.3.5", "fd10::3:5"))),
-		mkPort("default", "ext", a("10.96.0.40", "fd00::40"), 8080, proxy.TCP, withExternalIPs(a("198.51.100.7", "2001:db8::7"))),
-		mkPort("default", "sticky", a("10.96.0.50", "fd00::50"), 80, proxy.TCP, withAffinity(3*time.Hour),
-			withEndpoints(80, a("10.244.1.9", "fd10::1:9"), a("10.244.2.9", "fd10::2:9"), a("10.244.3.9", "fd10::3:9"))),
-		mkPort("default", "itp", a("10.96.0.60", "fd00::60"), 80, proxy.TCP, withITPLocal,
-			withLocalEndpoints(80, a("10.244.0.6", "fd10::6")), withEndpoints(80, a("10.244.4.6", "fd10::4:6"))),
-		mkPort("default", "sctp", a("10.96.0.70", "fd00::70"), 9999, proxy.SCTP, withEndpoints(9999, a("10.244.1.7", "fd10::1:7"))),
-		mkPort("default", "local-none", a("10.96.0.80", "fd00::80"), 80, proxy.UDP, withNodePort(30081), withETPLocal,
-			withEndpoints(80, a("10.244.5.8", "fd10::5:8"))),
-	}
-}
-
 func TestGoldenRules(t *testing.T) {
 	for _, fam := range []proxy.Family{proxy.IPv4, proxy.IPv6} {
 		t.Run(fam.String(), func(t *testing.T) {
 			f := NewFake()
 			p := New(fam, f, nil)
-			res, err := p.Sync(context.Background(), mkSnap(fam, goldenServices(fam)...), full)
+			res, err := p.Sync(context.Background(), mkSnap(fam, proxytest.GoldenServices(fam)...), full)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if res.Written == 0 || res.Total < res.Written {
 				t.Errorf("result %+v", res)
 			}
-			got := f.Dump()
-			path := filepath.Join("testdata", "golden-"+strings.ToLower(fam.String())+".txt")
-			if *update {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run with -update)", err)
-			}
-			if got != string(want) {
-				t.Errorf("rules differ from %s (run with -update to accept):\n%s", path, got)
-			}
+			proxytest.Golden(t, filepath.Join("testdata", "golden-"+strings.ToLower(fam.String())+".txt"), f.Dump(), *update)
 		})
 	}
 }
@@ -82,163 +42,25 @@ func v4(s string) netip.Addr { return netip.MustParseAddr(s) }
 func TestTracer(t *testing.T) {
 	f := NewFake()
 	p := New(proxy.IPv4, f, nil)
-	if _, err := p.Sync(context.Background(), mkSnap(proxy.IPv4, goldenServices(proxy.IPv4)...), full); err != nil {
+	if _, err := p.Sync(context.Background(), mkSnap(proxy.IPv4, proxytest.GoldenServices(proxy.IPv4)...), full); err != nil {
 		t.Fatal(err)
 	}
-	node := []netip.Addr{v4("192.168.0.2"), v4("127.0.0.1")}
-	pod := v4("10.244.0.9")     // a pod on this node
-	outside := v4("172.16.0.1") // a client outside the cluster
-	for _, tc := range []struct {
-		name string
-		p    packet
-		want string
-	}{
-		{"cluster IP from a pod: both endpoints, no masquerade",
-			packet{src: pod, dst: v4("10.96.0.10"), proto: "tcp", dport: 80},
-			"[ACCEPT dnat=10.244.1.2:8080 ACCEPT dnat=10.244.2.2:8080]"},
-		{"cluster IP from outside the cluster CIDR: masqueraded",
-			packet{src: outside, dst: v4("10.96.0.10"), proto: "tcp", dport: 80},
-			"[ACCEPT dnat=10.244.1.2:8080 masq ACCEPT dnat=10.244.2.2:8080 masq]"},
-		{"cluster IP from the node itself",
-			packet{src: v4("192.168.0.2"), dst: v4("10.96.0.10"), proto: "tcp", dport: 80, local: true},
-			"[ACCEPT dnat=10.244.1.2:8080 masq ACCEPT dnat=10.244.2.2:8080 masq]"},
-		{"wrong port: untouched",
-			packet{src: pod, dst: v4("10.96.0.10"), proto: "tcp", dport: 81},
-			"[ACCEPT]"},
-		{"no endpoints: rejected",
-			packet{src: pod, dst: v4("10.96.0.53"), proto: "udp", dport: 53},
-			"[REJECT]"},
-		{"hairpin: endpoint reaching itself is masqueraded",
-			packet{src: v4("10.244.1.3"), dst: v4("10.96.0.20"), proto: "tcp", dport: 80},
-			"[ACCEPT dnat=10.244.1.3:8080 masq]"},
-		{"NodePort (eTP Cluster) from outside: masqueraded",
-			packet{src: outside, dst: v4("192.168.0.2"), proto: "tcp", dport: 30080, addrs: node},
-			"[ACCEPT dnat=10.244.1.3:8080 masq]"},
-		{"NodePort eTP Local from outside: local endpoint only, source kept",
-			packet{src: outside, dst: v4("192.168.0.2"), proto: "tcp", dport: 30443, addrs: node},
-			"[ACCEPT dnat=10.244.0.5:8443]"},
-		{"LB IP from an allowed range: local endpoint, source kept",
-			packet{src: v4("203.0.113.9"), dst: v4("192.0.2.10"), proto: "tcp", dport: 443},
-			"[ACCEPT dnat=10.244.0.5:8443]"},
-		{"LB IP from outside the source ranges: dropped",
-			packet{src: outside, dst: v4("192.0.2.10"), proto: "tcp", dport: 443},
-			"[DROP]"},
-		{"LB IP from a pod outside the source ranges: dropped",
-			packet{src: pod, dst: v4("192.0.2.10"), proto: "tcp", dport: 443},
-			"[DROP]"},
-		{"cluster IP of the eTP Local service: every endpoint",
-			packet{src: pod, dst: v4("10.96.0.30"), proto: "tcp", dport: 443},
-			"[ACCEPT dnat=10.244.0.5:8443 ACCEPT dnat=10.244.3.5:8443]"},
-		{"external IP without endpoints: rejected",
-			packet{src: outside, dst: v4("198.51.100.7"), proto: "tcp", dport: 8080},
-			"[REJECT]"},
-		{"iTP Local: only the local endpoint",
-			packet{src: pod, dst: v4("10.96.0.60"), proto: "tcp", dport: 80},
-			"[ACCEPT dnat=10.244.0.6:80]"},
-		{"SCTP",
-			packet{src: pod, dst: v4("10.96.0.70"), proto: "sctp", dport: 9999},
-			"[ACCEPT dnat=10.244.1.7:9999]"},
-		{"eTP Local NodePort without local endpoints: rejected",
-			packet{src: outside, dst: v4("192.168.0.2"), proto: "udp", dport: 30081, addrs: node},
-			"[REJECT]"},
-		{"eTP Local NodePort without local endpoints, from the node: cluster endpoints",
-			packet{src: v4("192.168.0.2"), dst: v4("192.168.0.2"), proto: "udp", dport: 30081, addrs: node, local: true},
-			"[ACCEPT dnat=10.244.5.8:80 masq]"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := summarize(trace(t, f, tc.p)); got != tc.want {
-				t.Errorf("got %s, want %s", got, tc.want)
-			}
-		})
-	}
-
-	t.Run("affinity sticks once recorded", func(t *testing.T) {
-		pk := packet{src: pod, dst: v4("10.96.0.50"), proto: "tcp", dport: 80}
-		outs := trace(t, f, pk)
-		if got := summarize(outs); got != "[ACCEPT dnat=10.244.1.9:80 ACCEPT dnat=10.244.2.9:80 ACCEPT dnat=10.244.3.9:80]" {
-			t.Fatalf("first packet: %s", got)
-		}
-		var chosen outcome
-		for _, o := range outs {
-			if o.DNAT == "10.244.2.9:80" {
-				chosen = o
-			}
-		}
-		if chosen.Recent == "" {
-			t.Fatal("DNAT did not record the client in a recent list")
-		}
-		pk.recent = map[string][]netip.Addr{chosen.Recent: {pod}}
-		if got := summarize(trace(t, f, pk)); got != "[ACCEPT dnat=10.244.2.9:80]" {
-			t.Errorf("with affinity recorded: %s", got)
-		}
-	})
+	proxytest.CheckGoldenTraces(t, func(t *testing.T, p packet) []outcome { return trace(t, f, p) })
 }
 
 // TestPartialEqualsFull drives random changes through partial syncs and
 // checks after each that the tables equal a from-scratch full sync.
 func TestPartialEqualsFull(t *testing.T) {
 	ctx := context.Background()
-	rng := rand.New(rand.NewPCG(1, 2))
 	f := NewFake()
 	p := New(proxy.IPv4, f, nil)
-	ports := map[proxy.ServicePortName]*proxy.ServicePort{}
-	build := func() *proxy.Snapshot {
-		var list []*proxy.ServicePort
-		for _, sp := range ports {
-			cp := *sp
-			list = append(list, &cp)
-		}
-		return mkSnap(proxy.IPv4, list...)
-	}
-	random := func(i int) *proxy.ServicePort {
-		var opts []svcOpt
-		var eps []string
-		for j := range rng.IntN(4) {
-			eps = append(eps, fmt.Sprintf("10.244.%d.%d", rng.IntN(3), j+1))
-		}
-		opts = append(opts, withEndpoints(8080, eps...))
-		if rng.IntN(2) == 0 {
-			opts = append(opts, withLocalEndpoints(8080, fmt.Sprintf("10.244.0.%d", 100+rng.IntN(2))))
-		}
-		if rng.IntN(3) == 0 {
-			opts = append(opts, withNodePort(uint16(30000+i)))
-		}
-		if rng.IntN(4) == 0 {
-			opts = append(opts, withETPLocal)
-		}
-		if rng.IntN(4) == 0 {
-			opts = append(opts, withLB(fmt.Sprintf("192.0.2.%d", i%250+1), "203.0.113.0/24"))
-		}
-		if rng.IntN(5) == 0 {
-			opts = append(opts, withAffinity(time.Minute))
-		}
-		if rng.IntN(5) == 0 {
-			opts = append(opts, withITPLocal)
-		}
-		proto := []proxy.Protocol{proxy.TCP, proxy.UDP, proxy.SCTP}[rng.IntN(3)]
-		return mkPort("ns", fmt.Sprint("svc", i), fmt.Sprintf("10.96.%d.%d", i/250, i%250+1), 80, proto, opts...)
-	}
-	for i := range 20 {
-		sp := random(i)
-		ports[sp.Name] = sp
-	}
-	if _, err := p.Sync(ctx, build(), full); err != nil {
+	churn := proxytest.NewChurn(proxytest.ChurnOpts{})
+	if _, err := p.Sync(ctx, churn.Snapshot(), full); err != nil {
 		t.Fatal(err)
 	}
 	for round := range 60 {
-		var names []proxy.ServicePortName
-		for range 1 + rng.IntN(3) {
-			i := rng.IntN(25)
-			sp := random(i)
-			if rng.IntN(5) == 0 {
-				delete(ports, sp.Name)
-			} else {
-				ports[sp.Name] = sp
-			}
-			names = append(names, sp.Name)
-		}
-		snap := build()
-		if _, err := p.Sync(ctx, snap, changed(names...)); err != nil {
+		snap, cs := churn.Next()
+		if _, err := p.Sync(ctx, snap, cs); err != nil {
 			t.Fatalf("round %d: partial sync: %v\n%s", round, err, f.LastData)
 		}
 		ref := NewFake()
@@ -263,7 +85,7 @@ func sortedDump(f *Fake) string {
 				if table == "nat" && c == chainServices && len(rules) > 0 && strings.Contains(rules[len(rules)-1], "-j "+chainNodePorts) {
 					last, rules = rules[len(rules)-1], rules[:len(rules)-1]
 				}
-				rules = sortedCopy(rules)
+				rules = slices.Sorted(slices.Values(rules))
 				if last != "" {
 					rules = append(rules, last)
 				}
@@ -275,16 +97,6 @@ func sortedDump(f *Fake) string {
 		}
 	}
 	return sb.String()
-}
-
-func sortedCopy(s []string) []string {
-	out := append([]string(nil), s...)
-	for i := 1; i < len(out); i++ {
-		for j := i; j > 0 && out[j] < out[j-1]; j-- {
-			out[j], out[j-1] = out[j-1], out[j]
-		}
-	}
-	return out
 }
 
 func TestFullSyncRemovesStaleChainsAndRestoresHooks(t *testing.T) {
@@ -398,7 +210,7 @@ func TestSyncFailureForcesFullResync(t *testing.T) {
 	if _, err := p.Sync(ctx, mkSnap(proxy.IPv4, web2), changed()); err != nil {
 		t.Fatalf("recovery sync: %v", err)
 	}
-	if got := summarize(trace(t, f, packet{src: v4("10.244.0.1"), dst: v4("10.96.0.10"), proto: "tcp", dport: 80})); got != "[ACCEPT dnat=10.244.1.5:8080]" {
+	if got := proxytest.Summarize(trace(t, f, packet{Src: v4("10.244.0.1"), Dst: v4("10.96.0.10"), Proto: "tcp", Dport: 80})); got != "[ACCEPT dnat=10.244.1.5:8080]" {
 		t.Errorf("after recovery: %s", got)
 	}
 }

@@ -1,42 +1,21 @@
 package iptables
 
 import (
-	"fmt"
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/nodenet/nodenet/proxy/proxytest"
 )
 
-// packet is what the tracer walks through the Fake's rules.
-type packet struct {
-	src, dst netip.Addr
-	proto    string
-	dport    uint16
-	local    bool         // originated on the node (nat OUTPUT) rather than arriving (PREROUTING)
-	addrs    []netip.Addr // the node's local addresses (addrtype LOCAL)
-	recent   map[string][]netip.Addr
-}
-
-// outcome is one possible fate of the packet (random load balancing forks).
-type outcome struct {
-	DNAT    string // "ip:port" after nat, "" when not DNATed
-	Masq    bool   // marked for masquerade
-	Verdict string // ACCEPT, REJECT or DROP (filter)
-	Recent  string // recent list set by the DNAT rule
-}
-
-func (o outcome) String() string {
-	s := o.Verdict
-	if o.DNAT != "" {
-		s += " dnat=" + o.DNAT
-	}
-	if o.Masq {
-		s += " masq"
-	}
-	return s
-}
+// The tracer walks a proxytest.Packet through the Fake's rules (nat, then
+// filter); a recent list records affinity.
+type (
+	packet  = proxytest.Packet
+	outcome = proxytest.Outcome
+)
 
 type traceState struct {
 	mark    uint32
@@ -50,33 +29,33 @@ type traceState struct {
 func trace(t *testing.T, f *Fake, p packet) []outcome {
 	t.Helper()
 	hook := "PREROUTING"
-	if p.local {
+	if p.Local {
 		hook = "OUTPUT"
 	}
 	var outs []outcome
 	for _, st := range walk(t, f, "nat", hook, p, traceState{}) {
-		dst := p.dst
+		dst := p.Dst
 		if st.dnat != "" {
 			dst = netip.MustParseAddrPort(st.dnat).Addr()
 		}
 		fhook := "FORWARD"
 		switch {
-		case p.local:
+		case p.Local:
 			fhook = "OUTPUT"
-		case slices.Contains(p.addrs, dst):
+		case slices.Contains(p.Addrs, dst):
 			fhook = "INPUT"
 		}
 		q := p
-		q.dst = dst
+		q.Dst = dst
 		if st.dnat != "" {
-			q.dport = netip.MustParseAddrPort(st.dnat).Port()
+			q.Dport = netip.MustParseAddrPort(st.dnat).Port()
 		}
 		for _, fs := range walk(t, f, "filter", fhook, q, traceState{mark: st.mark}) {
 			v := fs.verdict
 			if v == "" {
 				v = "ACCEPT"
 			}
-			outs = append(outs, outcome{DNAT: st.dnat, Masq: st.mark&0x4000 != 0, Verdict: v, Recent: st.recent})
+			outs = append(outs, outcome{DNAT: st.dnat, Masq: st.mark&0x4000 != 0, Verdict: v, Affinity: st.recent})
 		}
 	}
 	return outs
@@ -156,13 +135,13 @@ func evalMatches(t *testing.T, args []string, p packet, mark uint32) (yes, no bo
 			continue
 		case "-s", "-d":
 			pf := netip.MustParsePrefix(arg())
-			addr := p.src
+			addr := p.Src
 			if a == "-d" {
-				addr = p.dst
+				addr = p.Dst
 			}
 			ok = pf.Contains(addr)
 		case "-p":
-			ok = arg() == p.proto
+			ok = arg() == p.Proto
 		case "-m":
 			arg()
 			continue
@@ -171,14 +150,14 @@ func evalMatches(t *testing.T, args []string, p packet, mark uint32) (yes, no bo
 			continue
 		case "--dport":
 			n, _ := strconv.Atoi(arg())
-			ok = uint16(n) == p.dport
+			ok = uint16(n) == p.Dport
 		case "--dst-type", "--src-type":
-			addr := p.src
+			addr := p.Src
 			if a == "--dst-type" {
-				addr = p.dst
+				addr = p.Dst
 			}
-			isLocal := slices.Contains(p.addrs, addr) || (a == "--src-type" && p.local && !addr.IsValid())
-			if a == "--src-type" && p.local {
+			isLocal := slices.Contains(p.Addrs, addr) || (a == "--src-type" && p.Local && !addr.IsValid())
+			if a == "--src-type" && p.Local {
 				isLocal = true
 			}
 			ok = arg() == "LOCAL" && isLocal
@@ -204,7 +183,7 @@ func evalMatches(t *testing.T, args []string, p packet, mark uint32) (yes, no bo
 					name = args[j+1]
 				}
 			}
-			ok = slices.Contains(p.recent[name], p.src)
+			ok = slices.Contains(p.Affinity[name], p.Src)
 		case "--seconds", "--name", "--mask":
 			arg()
 			continue
@@ -259,14 +238,4 @@ func applyTarget(t *testing.T, f *Fake, table string, args []string, p packet, s
 		out = append(out, r)
 	}
 	return out
-}
-
-// summarize renders outcomes as a sorted, de-duplicated list.
-func summarize(outs []outcome) string {
-	var s []string
-	for _, o := range outs {
-		s = append(s, o.String())
-	}
-	slices.Sort(s)
-	return fmt.Sprint(slices.Compact(s))
 }

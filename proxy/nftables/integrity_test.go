@@ -9,6 +9,7 @@ import (
 
 	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/proxy"
+	"github.com/nodenet/nodenet/proxy/proxytest"
 )
 
 // TestIntact: the proxier notices its table flushed or deleted behind its
@@ -24,30 +25,14 @@ func TestIntact(t *testing.T) {
 	}
 	for name, mk := range runners {
 		t.Run(name, func(t *testing.T) {
-			ctx := context.Background()
 			r := mk(t)
-			p := New(proxy.IPv4, r, nil)
-			check := func(step string, want bool) {
-				t.Helper()
-				got, err := p.Intact(ctx)
-				if err != nil || got != want {
-					t.Fatalf("%s: Intact = %v, %v; want %v", step, got, err, want)
-				}
+			damages := []string{"flush table ip " + TableName, "delete table ip " + TableName, "flush ruleset"}
+			if name == "fake" {
+				damages[2] = "delete table ip " + TableName // the Fake has no ruleset command
 			}
-			check("before the first sync", true)
-			for _, damage := range []string{"flush table ip " + TableName, "delete table ip " + TableName, "flush ruleset"} {
-				if _, err := p.Sync(ctx, mkSnap(proxy.IPv4, goldenServices(proxy.IPv4)...), full); err != nil {
-					t.Fatal(err)
-				}
-				check("after a full sync", true)
-				if name == "fake" && damage == "flush ruleset" {
-					damage = "delete table ip " + TableName // the Fake has no ruleset command
-				}
-				if err := r.Apply(ctx, []byte(damage+"\n")); err != nil {
-					t.Fatal(err)
-				}
-				check("after "+damage, false)
-			}
+			proxytest.CheckIntact(t, New(proxy.IPv4, r, nil), damages, func(ctx context.Context, damage string) error {
+				return r.Apply(ctx, []byte(damage+"\n"))
+			})
 		})
 	}
 }

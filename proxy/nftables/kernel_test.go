@@ -94,3 +94,9 @@ func TestRuleEncoderMatchesNft(t *testing.T) {
 		}
 	}
 }
+
+// ruleEncodable reports whether rule can go over netlink.
+func ruleEncodable(family, rule string) bool {
+	var n nlBuf
+	return encodeRule(&n, family, rule) == nil
+}

@@ -4,10 +4,10 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"math/rand/v2"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,37 +15,12 @@ import (
 
 	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/proxy"
+	"github.com/nodenet/nodenet/proxy/proxytest"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")
 
 func TestMain(m *testing.M) { os.Exit(nettest.CheckNoLeaks(m)) }
-
-// goldenServices covers every feature once.
-func goldenServices(fam proxy.Family) []*proxy.ServicePort {
-	a := func(v4, v6 string) string {
-		if fam == proxy.IPv6 {
-			return v6
-		}
-		return v4
-	}
-	return []*proxy.ServicePort{
-		mkPort("default", "web", a("10.96.0.10", "fd00::10"), 80, proxy.TCP, withEndpoints(8080, a("10.244.1.2", "fd10::1:2"), a("10.244.2.2", "fd10::2:2"))),
-		mkPort("default", "dns", a("10.96.0.53", "fd00::53"), 53, proxy.UDP),
-		mkPort("default", "np", a("10.96.0.20", "fd00::20"), 80, proxy.TCP, withNodePort(30080), withEndpoints(8080, a("10.244.1.3", "fd10::1:3"))),
-		mkPort("default", "lb", a("10.96.0.30", "fd00::30"), 443, proxy.TCP, withNodePort(30443), withETPLocal,
-			withLB(a("192.0.2.10", "2001:db8::10"), a("203.0.113.0/24", "2001:db8:1::/48")),
-			withLocalEndpoints(8443, a("10.244.0.5", "fd10::5")), withEndpoints(8443, a("10.244.3.5", "fd10::3:5"))),
-		mkPort("default", "ext", a("10.96.0.40", "fd00::40"), 8080, proxy.TCP, withExternalIPs(a("198.51.100.7", "2001:db8::7"))),
-		mkPort("default", "sticky", a("10.96.0.50", "fd00::50"), 80, proxy.TCP, withAffinity(3*time.Hour),
-			withEndpoints(80, a("10.244.1.9", "fd10::1:9"), a("10.244.2.9", "fd10::2:9"), a("10.244.3.9", "fd10::3:9"))),
-		mkPort("default", "itp", a("10.96.0.60", "fd00::60"), 80, proxy.TCP, withITPLocal,
-			withLocalEndpoints(80, a("10.244.0.6", "fd10::6")), withEndpoints(80, a("10.244.4.6", "fd10::4:6"))),
-		mkPort("default", "sctp", a("10.96.0.70", "fd00::70"), 9999, proxy.SCTP, withEndpoints(9999, a("10.244.1.7", "fd10::1:7"))),
-		mkPort("default", "local-none", a("10.96.0.80", "fd00::80"), 80, proxy.UDP, withNodePort(30081), withETPLocal,
-			withEndpoints(80, a("10.244.5.8", "fd10::5:8"))),
-	}
-}
 
 func famName(fam proxy.Family) string {
 	if fam == proxy.IPv6 {
@@ -59,27 +34,14 @@ func TestGoldenRuleset(t *testing.T) {
 		t.Run(fam.String(), func(t *testing.T) {
 			f := NewFake()
 			p := New(fam, f, nil)
-			res, err := p.Sync(context.Background(), mkSnap(fam, goldenServices(fam)...), full)
+			res, err := p.Sync(context.Background(), mkSnap(fam, proxytest.GoldenServices(fam)...), full)
 			if err != nil {
 				t.Fatalf("%v\n%s", err, f.LastScript)
 			}
 			if res.Written == 0 || res.Total < res.Written {
 				t.Errorf("result %+v", res)
 			}
-			got := f.Dump()
-			path := filepath.Join("testdata", "golden-"+strings.ToLower(fam.String())+".nft")
-			if *update {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (run with -update)", err)
-			}
-			if got != string(want) {
-				t.Errorf("ruleset differs from %s (run with -update to accept):\n%s", path, got)
-			}
+			proxytest.Golden(t, filepath.Join("testdata", "golden-"+strings.ToLower(fam.String())+".nft"), f.Dump(), *update)
 		})
 	}
 }
@@ -87,104 +49,16 @@ func TestGoldenRuleset(t *testing.T) {
 func TestTracer(t *testing.T) {
 	f := NewFake()
 	p := New(proxy.IPv4, f, nil)
-	if _, err := p.Sync(context.Background(), mkSnap(proxy.IPv4, goldenServices(proxy.IPv4)...), full); err != nil {
+	if _, err := p.Sync(context.Background(), mkSnap(proxy.IPv4, proxytest.GoldenServices(proxy.IPv4)...), full); err != nil {
 		t.Fatal(err)
 	}
+	tr := func(t *testing.T, p packet) []outcome { return trace(t, f, "ip", p) }
+	proxytest.CheckGoldenTraces(t, tr)
 	node := []netip.Addr{v4("192.168.0.2"), v4("127.0.0.1")}
-	pod := v4("10.244.0.9")     // a pod on this node
-	outside := v4("172.16.0.1") // a client outside the cluster
-	for _, tc := range []struct {
-		name string
-		p    packet
-		want string
-	}{
-		{"cluster IP from a pod: both endpoints, no masquerade",
-			packet{src: pod, dst: v4("10.96.0.10"), proto: "tcp", dport: 80},
-			"[ACCEPT dnat=10.244.1.2:8080 ACCEPT dnat=10.244.2.2:8080]"},
-		{"cluster IP from outside the cluster CIDR: masqueraded",
-			packet{src: outside, dst: v4("10.96.0.10"), proto: "tcp", dport: 80},
-			"[ACCEPT dnat=10.244.1.2:8080 masq ACCEPT dnat=10.244.2.2:8080 masq]"},
-		{"cluster IP from the node itself",
-			packet{src: v4("192.168.0.2"), dst: v4("10.96.0.10"), proto: "tcp", dport: 80, local: true, addrs: node},
-			"[ACCEPT dnat=10.244.1.2:8080 masq ACCEPT dnat=10.244.2.2:8080 masq]"},
-		{"wrong port: untouched",
-			packet{src: pod, dst: v4("10.96.0.10"), proto: "tcp", dport: 81},
-			"[ACCEPT]"},
-		{"no endpoints: rejected",
-			packet{src: pod, dst: v4("10.96.0.53"), proto: "udp", dport: 53},
-			"[REJECT]"},
-		{"no endpoints, from the node: rejected",
-			packet{src: v4("192.168.0.2"), dst: v4("10.96.0.53"), proto: "udp", dport: 53, local: true, addrs: node},
-			"[REJECT]"},
-		{"hairpin: endpoint reaching itself is masqueraded",
-			packet{src: v4("10.244.1.3"), dst: v4("10.96.0.20"), proto: "tcp", dport: 80},
-			"[ACCEPT dnat=10.244.1.3:8080 masq]"},
-		{"NodePort (eTP Cluster) from outside: masqueraded",
-			packet{src: outside, dst: v4("192.168.0.2"), proto: "tcp", dport: 30080, addrs: node},
-			"[ACCEPT dnat=10.244.1.3:8080 masq]"},
-		{"NodePort on loopback: untouched",
-			packet{src: v4("127.0.0.1"), dst: v4("127.0.0.1"), proto: "tcp", dport: 30080, addrs: node},
-			"[ACCEPT]"},
-		{"NodePort eTP Local from outside: local endpoint only, source kept",
-			packet{src: outside, dst: v4("192.168.0.2"), proto: "tcp", dport: 30443, addrs: node},
-			"[ACCEPT dnat=10.244.0.5:8443]"},
-		{"LB IP from an allowed range: local endpoint, source kept",
-			packet{src: v4("203.0.113.9"), dst: v4("192.0.2.10"), proto: "tcp", dport: 443},
-			"[ACCEPT dnat=10.244.0.5:8443]"},
-		{"LB IP from outside the source ranges: dropped",
-			packet{src: outside, dst: v4("192.0.2.10"), proto: "tcp", dport: 443},
-			"[DROP]"},
-		{"LB IP from a pod outside the source ranges: dropped",
-			packet{src: pod, dst: v4("192.0.2.10"), proto: "tcp", dport: 443},
-			"[DROP]"},
-		{"cluster IP of the eTP Local service: every endpoint",
-			packet{src: pod, dst: v4("10.96.0.30"), proto: "tcp", dport: 443},
-			"[ACCEPT dnat=10.244.0.5:8443 ACCEPT dnat=10.244.3.5:8443]"},
-		{"external IP without endpoints: rejected",
-			packet{src: outside, dst: v4("198.51.100.7"), proto: "tcp", dport: 8080},
-			"[REJECT]"},
-		{"iTP Local: only the local endpoint",
-			packet{src: pod, dst: v4("10.96.0.60"), proto: "tcp", dport: 80},
-			"[ACCEPT dnat=10.244.0.6:80]"},
-		{"SCTP",
-			packet{src: pod, dst: v4("10.96.0.70"), proto: "sctp", dport: 9999},
-			"[ACCEPT dnat=10.244.1.7:9999]"},
-		{"eTP Local NodePort without local endpoints: rejected",
-			packet{src: outside, dst: v4("192.168.0.2"), proto: "udp", dport: 30081, addrs: node},
-			"[REJECT]"},
-		{"eTP Local NodePort without local endpoints, from a pod: cluster endpoints",
-			packet{src: pod, dst: v4("192.168.0.2"), proto: "udp", dport: 30081, addrs: node},
-			"[ACCEPT dnat=10.244.5.8:80]"},
-		{"eTP Local NodePort without local endpoints, from the node: cluster endpoints",
-			packet{src: v4("192.168.0.2"), dst: v4("192.168.0.2"), proto: "udp", dport: 30081, addrs: node, local: true},
-			"[ACCEPT dnat=10.244.5.8:80 masq]"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := summarize(trace(t, f, "ip", tc.p)); got != tc.want {
-				t.Errorf("got %s, want %s", got, tc.want)
-			}
-		})
-	}
-
-	t.Run("affinity sticks once recorded", func(t *testing.T) {
-		pk := packet{src: pod, dst: v4("10.96.0.50"), proto: "tcp", dport: 80}
-		outs := trace(t, f, "ip", pk)
-		if got := summarize(outs); got != "[ACCEPT dnat=10.244.1.9:80 ACCEPT dnat=10.244.2.9:80 ACCEPT dnat=10.244.3.9:80]" {
-			t.Fatalf("first packet: %s", got)
-		}
-		var chosen outcome
-		for _, o := range outs {
-			if o.DNAT == "10.244.2.9:80" {
-				chosen = o
-			}
-		}
-		if chosen.Affinity == "" {
-			t.Fatal("the endpoint chain did not record the client in an affinity set")
-		}
-		pk.affinity = map[string][]netip.Addr{chosen.Affinity: {pod}}
-		if got := summarize(trace(t, f, "ip", pk)); got != "[ACCEPT dnat=10.244.2.9:80]" {
-			t.Errorf("with affinity recorded: %s", got)
-		}
+	proxytest.CheckTraces(t, tr, []proxytest.TraceCase{
+		{Name: "NodePort on loopback: untouched",
+			Packet: packet{Src: v4("127.0.0.1"), Dst: v4("127.0.0.1"), Proto: "tcp", Dport: 30080, Addrs: node},
+			Want:   "[ACCEPT]"},
 	})
 }
 
@@ -197,21 +71,11 @@ func TestTracerNodePortAddressesAndMasqueradeAll(t *testing.T) {
 		t.Fatal(err)
 	}
 	node := []netip.Addr{v4("192.168.0.2"), v4("192.168.1.2")}
-	for _, tc := range []struct {
-		name string
-		p    packet
-		want string
-	}{
-		{"NodePort on a --nodeport-addresses address", packet{src: v4("172.16.0.1"), dst: v4("192.168.0.2"), proto: "tcp", dport: 30080, addrs: node}, "[ACCEPT dnat=10.244.1.3:8080 masq]"},
-		{"NodePort on another local address", packet{src: v4("172.16.0.1"), dst: v4("192.168.1.2"), proto: "tcp", dport: 30080, addrs: node}, "[ACCEPT]"},
-		{"masquerade-all: even pods", packet{src: v4("10.244.0.9"), dst: v4("10.96.0.20"), proto: "tcp", dport: 80}, "[ACCEPT dnat=10.244.1.3:8080 masq]"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := summarize(trace(t, f, "ip", tc.p)); got != tc.want {
-				t.Errorf("got %s, want %s", got, tc.want)
-			}
-		})
-	}
+	proxytest.CheckTraces(t, func(t *testing.T, p packet) []outcome { return trace(t, f, "ip", p) }, []proxytest.TraceCase{
+		{Name: "NodePort on a --nodeport-addresses address", Packet: packet{Src: v4("172.16.0.1"), Dst: v4("192.168.0.2"), Proto: "tcp", Dport: 30080, Addrs: node}, Want: "[ACCEPT dnat=10.244.1.3:8080 masq]"},
+		{Name: "NodePort on another local address", Packet: packet{Src: v4("172.16.0.1"), Dst: v4("192.168.1.2"), Proto: "tcp", Dport: 30080, Addrs: node}, Want: "[ACCEPT]"},
+		{Name: "masquerade-all: even pods", Packet: packet{Src: v4("10.244.0.9"), Dst: v4("10.96.0.20"), Proto: "tcp", Dport: 80}, Want: "[ACCEPT dnat=10.244.1.3:8080 masq]"},
+	})
 }
 
 // normalized is a listing reduced to what must agree: objects sorted by
@@ -230,7 +94,7 @@ func normalized(listing string) string {
 			}
 		}
 		elems = kept
-		sortStrings(elems)
+		slices.Sort(elems)
 		cur.body += "\t\telements = { " + strings.Join(elems, ", ") + " }\n"
 		elems, inElems = nil, false
 	}
@@ -265,7 +129,7 @@ func normalized(listing string) string {
 		heads = append(heads, o.head)
 		byHead[o.head] = o.body
 	}
-	sortStrings(heads)
+	slices.Sort(heads)
 	var sb strings.Builder
 	for _, h := range heads {
 		sb.WriteString(h + "\n" + byHead[h])
@@ -273,83 +137,20 @@ func normalized(listing string) string {
 	return sb.String()
 }
 
-func sortStrings(s []string) {
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j] < s[j-1]; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
-}
-
 // TestPartialEqualsFull drives random changes through partial syncs and
 // checks after each that the table equals a from-scratch full sync.
 func TestPartialEqualsFull(t *testing.T) {
 	ctx := context.Background()
-	rng := rand.New(rand.NewPCG(1, 2))
 	f := NewFake()
 	p := New(proxy.IPv4, f, nil)
-	ports := map[proxy.ServicePortName]*proxy.ServicePort{}
-	build := func() *proxy.Snapshot {
-		var list []*proxy.ServicePort
-		for _, sp := range ports {
-			cp := *sp
-			list = append(list, &cp)
-		}
-		return mkSnap(proxy.IPv4, list...)
-	}
-	random := func(i int) *proxy.ServicePort {
-		var opts []svcOpt
-		var eps []string
-		for j := range rng.IntN(4) {
-			eps = append(eps, fmt.Sprintf("10.244.%d.%d", rng.IntN(3), j+1))
-		}
-		opts = append(opts, withEndpoints(8080, eps...))
-		if rng.IntN(2) == 0 {
-			opts = append(opts, withLocalEndpoints(8080, fmt.Sprintf("10.244.0.%d", 100+rng.IntN(2))))
-		}
-		if rng.IntN(3) == 0 {
-			opts = append(opts, withNodePort(uint16(30000+i)))
-		}
-		if rng.IntN(4) == 0 {
-			opts = append(opts, withETPLocal)
-		}
-		if rng.IntN(4) == 0 {
-			opts = append(opts, withLB(fmt.Sprintf("192.0.2.%d", i%250+1), "203.0.113.0/24"))
-		}
-		if rng.IntN(5) == 0 {
-			opts = append(opts, withAffinity(time.Duration(1+rng.IntN(2))*time.Minute))
-		}
-		if rng.IntN(5) == 0 {
-			opts = append(opts, withITPLocal)
-		}
-		if rng.IntN(6) == 0 {
-			// Shared by several services: only one may own it.
-			opts = append(opts, withExternalIPs("198.51.100.1"))
-		}
-		proto := []proxy.Protocol{proxy.TCP, proxy.UDP, proxy.SCTP}[rng.IntN(3)]
-		return mkPort("ns", fmt.Sprint("svc", i), fmt.Sprintf("10.96.%d.%d", i/250, i%250+1), 80, proto, opts...)
-	}
-	for i := range 20 {
-		sp := random(i)
-		ports[sp.Name] = sp
-	}
-	if _, err := p.Sync(ctx, build(), full); err != nil {
+	// A shared external IP: only one service may own it.
+	churn := proxytest.NewChurn(proxytest.ChurnOpts{VaryAffinity: true, SharedExternalIP: "198.51.100.1"})
+	if _, err := p.Sync(ctx, churn.Snapshot(), full); err != nil {
 		t.Fatalf("%v\n%s", err, f.LastScript)
 	}
 	for round := range 80 {
-		var names []proxy.ServicePortName
-		for range 1 + rng.IntN(3) {
-			i := rng.IntN(25)
-			sp := random(i)
-			if rng.IntN(5) == 0 {
-				delete(ports, sp.Name)
-			} else {
-				ports[sp.Name] = sp
-			}
-			names = append(names, sp.Name)
-		}
-		snap := build()
-		if _, err := p.Sync(ctx, snap, changed(names...)); err != nil {
+		snap, cs := churn.Next()
+		if _, err := p.Sync(ctx, snap, cs); err != nil {
 			t.Fatalf("round %d: partial sync: %v\n%s", round, err, f.LastScript)
 		}
 		ref := NewFake()
@@ -607,7 +408,7 @@ func TestSyncFailureForcesFullResync(t *testing.T) {
 	if _, err := p.Sync(ctx, mkSnap(proxy.IPv4, web3), changed()); err != nil {
 		t.Fatalf("recovery sync: %v\n%s", err, f.LastScript)
 	}
-	if got := summarize(trace(t, f, "ip", packet{src: v4("10.244.0.1"), dst: v4("10.96.0.10"), proto: "tcp", dport: 80})); got != "[ACCEPT dnat=10.244.1.5:8080]" {
+	if got := proxytest.Summarize(trace(t, f, "ip", packet{Src: v4("10.244.0.1"), Dst: v4("10.96.0.10"), Proto: "tcp", Dport: 80})); got != "[ACCEPT dnat=10.244.1.5:8080]" {
 		t.Errorf("after recovery: %s", got)
 	}
 }

@@ -288,9 +288,3 @@ func (e *ruleEncoder) dnatMap(w []string) error {
 	})
 	return nil
 }
-
-// ruleEncodable reports whether rule can go over netlink.
-func ruleEncodable(family, rule string) bool {
-	var n nlBuf
-	return encodeRule(&n, family, rule) == nil
-}

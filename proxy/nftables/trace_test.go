@@ -1,43 +1,21 @@
 package nftables
 
 import (
-	"fmt"
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/nodenet/nodenet/proxy/proxytest"
 )
 
-// packet is what the tracer walks through the Fake's table: the first
-// packet of a new connection.
-type packet struct {
-	src, dst netip.Addr
-	proto    string
-	dport    uint16
-	local    bool                    // originated on the node (output hook) rather than arriving (prerouting)
-	addrs    []netip.Addr            // the node's local addresses (fib type local)
-	affinity map[string][]netip.Addr // dynamic affinity set contents
-}
-
-// outcome is one possible fate of the packet (random load balancing forks).
-type outcome struct {
-	Verdict  string // ACCEPT, DROP or REJECT
-	DNAT     string // "ip:port", "" when not DNATed
-	Masq     bool   // masqueraded in postrouting
-	Affinity string // affinity set the endpoint chain updated
-}
-
-func (o outcome) String() string {
-	s := o.Verdict
-	if o.DNAT != "" {
-		s += " dnat=" + o.DNAT
-	}
-	if o.Masq {
-		s += " masq"
-	}
-	return s
-}
+// The tracer walks a proxytest.Packet through the hooks of the Fake's
+// table; a dynamic set records affinity.
+type (
+	packet  = proxytest.Packet
+	outcome = proxytest.Outcome
+)
 
 // tstate is the tracer's state along one branch.
 type tstate struct {
@@ -93,7 +71,7 @@ func trace(t *testing.T, f *Fake, fam string, p packet) []outcome {
 	}
 	tr := &tracer{t: t, tab: tab, p: p}
 	hooks := []string{"prerouting"}
-	if p.local {
+	if p.Local {
 		hooks = []string{"output"}
 	}
 	var outs []outcome
@@ -132,14 +110,14 @@ func trace(t *testing.T, f *Fake, fam string, p packet) []outcome {
 			rest := hooks[1:]
 			switch hook {
 			case "prerouting":
-				if slices.Contains(p.addrs, q.dst) {
+				if slices.Contains(p.Addrs, q.Dst) {
 					rest = append([]string{"input"}, rest...)
 				} else {
 					rest = append([]string{"forward", "postrouting"}, rest...)
 				}
 			case "output":
 				rest = append([]string{"postrouting"}, rest...)
-				if slices.Contains(p.addrs, q.dst) {
+				if slices.Contains(p.Addrs, q.Dst) {
 					rest = append(rest, "input")
 				}
 			}
@@ -155,7 +133,7 @@ func applyDNAT(p *packet, dnat string) {
 		return
 	}
 	ap := netip.MustParseAddrPort(dnat)
-	p.dst, p.dport = ap.Addr(), ap.Port()
+	p.Dst, p.Dport = ap.Addr(), ap.Port()
 }
 
 // chain runs the rules of one chain; returned states either carry a
@@ -212,9 +190,9 @@ func (tr *tracer) eval(w []string, p packet, s tstate, depth int) []tstate {
 			key, j := tr.concat(w, i, p)
 			return tr.vmap(strings.TrimPrefix(w[j+1], "@"), key, p, s, depth)
 		case tok == ip && i+2 < len(w):
-			addr := p.src
+			addr := p.Src
 			if w[i+1] == "daddr" {
-				addr = p.dst
+				addr = p.Dst
 			}
 			neg := w[i+2] == "!="
 			val := w[i+2]
@@ -228,7 +206,7 @@ func (tr *tracer) eval(w []string, p packet, s tstate, depth int) []tstate {
 				if el := tr.tab.Elements(set); el != nil && len(el) > 0 {
 					_, ok = el[addr.String()]
 				}
-				ok = ok || slices.Contains(p.affinity[set], addr)
+				ok = ok || slices.Contains(p.Affinity[set], addr)
 			} else if strings.Contains(val, "/") {
 				ok = netip.MustParsePrefix(val).Contains(addr)
 			} else {
@@ -239,20 +217,20 @@ func (tr *tracer) eval(w []string, p packet, s tstate, depth int) []tstate {
 			}
 		case (tok == "tcp" || tok == "udp" || tok == "sctp") && i+2 < len(w) && w[i+1] == "dport":
 			n, _ := strconv.Atoi(w[i+2])
-			if tok != p.proto || uint16(n) != p.dport {
+			if tok != p.Proto || uint16(n) != p.Dport {
 				return []tstate{s}
 			}
 			i += 2
 		case tok == "meta" && w[i+1] == "l4proto":
-			if w[i+2] != p.proto {
+			if w[i+2] != p.Proto {
 				return []tstate{s}
 			}
 			i += 2
 		case tok == "fib":
 			// fib daddr|saddr type local
-			local := slices.Contains(p.addrs, p.dst)
+			local := slices.Contains(p.Addrs, p.Dst)
 			if w[i+1] == "saddr" {
-				local = p.local || slices.Contains(p.addrs, p.src)
+				local = p.Local || slices.Contains(p.Addrs, p.Src)
 			}
 			if !local {
 				return []tstate{s}
@@ -350,16 +328,16 @@ func (tr *tracer) concat(w []string, i int, p packet) (string, int) {
 		switch {
 		case w[i] == ".":
 		case w[i] == tr.tab.Family && w[i+1] == "daddr":
-			parts = append(parts, p.dst.String())
+			parts = append(parts, p.Dst.String())
 			i++
 		case w[i] == tr.tab.Family && w[i+1] == "saddr":
-			parts = append(parts, p.src.String())
+			parts = append(parts, p.Src.String())
 			i++
 		case w[i] == "meta" && w[i+1] == "l4proto":
-			parts = append(parts, p.proto)
+			parts = append(parts, p.Proto)
 			i++
 		case w[i] == "th" && w[i+1] == "dport":
-			parts = append(parts, strconv.Itoa(int(p.dport)))
+			parts = append(parts, strconv.Itoa(int(p.Dport)))
 			i++
 		default:
 			tr.t.Fatalf("trace: unknown key part %q in %v", w[i], w)
@@ -396,14 +374,4 @@ func (tr *tracer) verdict(v string, p packet, s tstate, depth int) []tstate {
 		out = append(out, r)
 	}
 	return out
-}
-
-// summarize renders outcomes as a sorted, de-duplicated list.
-func summarize(outs []outcome) string {
-	var s []string
-	for _, o := range outs {
-		s = append(s, o.String())
-	}
-	slices.Sort(s)
-	return fmt.Sprint(slices.Compact(s))
 }
