@@ -13,15 +13,11 @@ import (
 // Check implements CHECK: it compares the kernel and the allocation store
 // with prevResult and reports every difference it finds.
 func (p *Plugin) Check(ctx context.Context, args *CmdArgs) error {
-	c, err := ParseConfig(args.StdinData)
+	c, log, done, err := p.start(args, true)
 	if err != nil {
 		return err
 	}
-	log, done := p.logger(c, args)
 	defer done()
-	if err := validateArgs(args); err != nil {
-		return err
-	}
 	if c.PrevResult == nil {
 		return errorf(CodeInvalidConfig, "CHECK needs prevResult")
 	}

@@ -230,14 +230,10 @@ func readSubnetEnv(path string) (subnetenv.Env, error) {
 		return env, nil
 	}
 	var ke *subnetenv.KeyError
-	switch {
-	case errors.Is(err, subnetenv.ErrNotExist):
-		return env, errorf(CodeTryAgainLater, "read subnet file: %w", err)
-	case errors.As(err, &ke):
+	if errors.As(err, &ke) {
 		return env, errorf(CodeTryAgainLater, "subnet file %s is malformed: key %s: %s", ke.Path, ke.Key, ke.Problem)
-	default:
-		return env, errorf(CodeTryAgainLater, "read subnet file: %w", err)
 	}
+	return env, errorf(CodeTryAgainLater, "read subnet file: %w", err)
 }
 
 // nodenetNetwork resolves a "nodenet" config against subnet.env.
@@ -272,9 +268,13 @@ func nodenetNetwork(c *NetConf, env subnetenv.Env) (*network, error) {
 	return n, nil
 }
 
-// teardownNetwork is what DEL and GC need of a "nodenet" config: no
-// subnet.env, so a node whose flanneld is gone can still clean up.
+// teardownNetwork is what DEL and GC need of a config: no subnet.env, so
+// a node whose flanneld is gone can still clean up. For a "flannel" config
+// it is the delegate's defaults (DEL prefers the delegate cache).
 func teardownNetwork(c *NetConf) *network {
+	if c.Type == TypeFlannel {
+		return flannelTeardownNetwork(c)
+	}
 	return &network{name: c.Name, cniVersion: c.CNIVersion, bridge: c.Bridge, dataDir: c.DataDir}
 }
 

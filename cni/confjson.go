@@ -244,22 +244,19 @@ func (s *jsonScanner) object(member func(key, val []byte) bool) bool {
 
 // value scans any value and returns it raw.
 func (s *jsonScanner) value() ([]byte, bool) {
+	c := s.peek()
 	start := s.i
 	var ok bool
-	switch c := s.peek(); {
+	switch {
 	case c == '{':
-		start = s.i
 		ok = s.object(func(_, _ []byte) bool { return true })
 	case c == '[':
-		start = s.i
 		ok = s.array()
 	case c == '"':
 		return s.str()
 	case c == '-' || c >= '0' && c <= '9':
-		start = s.i
 		ok = s.number()
 	case c == 't', c == 'f', c == 'n':
-		start = s.i
 		ok = s.literal()
 	}
 	return s.b[start:s.i], ok

@@ -13,19 +13,14 @@ import (
 // Del implements DEL. It succeeds when the namespace, the veth or the
 // allocation is already gone, and needs no subnet.env.
 func (p *Plugin) Del(ctx context.Context, args *CmdArgs) error {
-	c, err := ParseConfig(args.StdinData)
+	c, log, done, err := p.start(args, true)
 	if err != nil {
 		return err
 	}
-	log, done := p.logger(c, args)
 	defer done()
-	if err := validateArgs(args); err != nil {
-		return err
-	}
 
 	n := teardownNetwork(c)
 	if c.Type == TypeFlannel {
-		n = flannelTeardownNetwork(c)
 		conf, err := loadDelegate(c.DataDir, args.ContainerID)
 		if err != nil {
 			return withCode(CodeIO, err)

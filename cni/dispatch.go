@@ -131,13 +131,9 @@ func validateIfNameEnv(name string) error {
 
 // versionInfo is VERSION's answer.
 func versionInfo() []byte {
-	b := append([]byte(`{"cniVersion":`), appendString(nil, latestVersion())...)
-	b = append(b, `,"supportedVersions":[`...)
-	for i, v := range SupportedVersions {
-		b = appendSep(b, i)
-		b = appendString(b, v)
-	}
-	return append(b, "]}\n"...)
+	b := appendString([]byte(`{"cniVersion":`), latestVersion())
+	b = appendListField(b, "supportedVersions", SupportedVersions, appendString)
+	return append(b, "}\n"...)
 }
 
 // checkConfig checks what every command needs of the configuration before

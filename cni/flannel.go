@@ -48,8 +48,9 @@ type delegateConf struct {
 // renderDelegate builds the delegate configuration exactly as upstream
 // flannel does: defaults for type, ipMasq, mtu and isGateway, and an IPAM
 // section with one range set per family and a route to each flannel
-// network.
-func renderDelegate(c *NetConf, env subnetenv.Env) ([]byte, error) {
+// network. It also returns the delegate's type (ParseConfig made sure a
+// configured one is a string).
+func renderDelegate(c *NetConf, env subnetenv.Env) (conf []byte, typ string, err error) {
 	d := maps.Clone(c.Delegate)
 	if d == nil {
 		d = map[string]any{}
@@ -58,8 +59,10 @@ func renderDelegate(c *NetConf, env subnetenv.Env) ([]byte, error) {
 		d["runtimeConfig"] = c.RuntimeConfig
 	}
 	d["name"] = c.Name
-	if _, ok := d["type"]; !ok {
-		d["type"] = defaultDelegateType
+	typ, ok := d["type"].(string)
+	if !ok {
+		typ = defaultDelegateType
+		d["type"] = typ
 	}
 	if _, ok := d["ipMasq"]; !ok {
 		d["ipMasq"] = !env.IPMasq
@@ -67,7 +70,7 @@ func renderDelegate(c *NetConf, env subnetenv.Env) ([]byte, error) {
 	if _, ok := d["mtu"]; !ok {
 		d["mtu"] = env.MTU
 	}
-	if d["type"] == defaultDelegateType {
+	if typ == defaultDelegateType {
 		if _, ok := d["isGateway"]; !ok {
 			d["isGateway"] = true
 		}
@@ -86,7 +89,7 @@ func renderDelegate(c *NetConf, env subnetenv.Env) ([]byte, error) {
 	if raw, ok := ipam["routes"]; ok {
 		b, _ := json.Marshal(raw)
 		if err := json.Unmarshal(b, &routes); err != nil {
-			return nil, errorf(CodeInvalidConfig, "network configuration: ipam.routes: %w", err)
+			return nil, "", errorf(CodeInvalidConfig, "network configuration: ipam.routes: %w", err)
 		}
 	}
 	for _, v6 := range []bool{false, true} {
@@ -106,9 +109,9 @@ func renderDelegate(c *NetConf, env subnetenv.Env) ([]byte, error) {
 	d["ipam"] = ipam
 	b, err := json.Marshal(d)
 	if err != nil {
-		return nil, errorf(CodeInvalidConfig, "render delegate configuration: %w", err)
+		return nil, "", errorf(CodeInvalidConfig, "render delegate configuration: %w", err)
 	}
-	return b, nil
+	return b, typ, nil
 }
 
 // delegateType reads the "type" of a rendered delegate.

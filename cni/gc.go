@@ -17,16 +17,12 @@ import (
 // reboot or a crashed ADD, the leaks upstream's bridge + host-local keep
 // (containernetworking/plugins #697, #1047).
 func (p *Plugin) GC(ctx context.Context, args *CmdArgs) error {
-	c, err := ParseConfig(args.StdinData)
+	c, log, done, err := p.start(args, false)
 	if err != nil {
 		return err
 	}
-	log, done := p.logger(c, args)
 	defer done()
 	n := teardownNetwork(c)
-	if c.Type == TypeFlannel {
-		n = flannelTeardownNetwork(c)
-	}
 	valid := make([]hostlocal.Attachment, 0, len(c.ValidAttachments))
 	validIDs := make(map[string]bool, len(c.ValidAttachments))
 	for _, a := range c.ValidAttachments {
@@ -101,11 +97,11 @@ func (p *Plugin) Status(ctx context.Context, args *CmdArgs) error {
 	}
 	var n *network
 	if c.Type == TypeFlannel {
-		conf, err := renderDelegate(c, env)
+		conf, typ, err := renderDelegate(c, env)
 		if err != nil {
 			return &Error{Code: CodeNotAvailable, Err: err}
 		}
-		if typ, err := delegateType(conf); err != nil || typ != defaultDelegateType {
+		if typ != defaultDelegateType {
 			return nil // another plugin's business
 		}
 		if n, err = bridgeNetwork(conf); err != nil {

@@ -39,6 +39,24 @@ type Plugin struct {
 	Prepared *PreparedPod
 }
 
+// start parses the configuration and sets up the command's logger (done
+// closes the configuration's log file); for a command about one
+// attachment (all but GC) it also checks the container ID and interface
+// name.
+func (p *Plugin) start(args *CmdArgs, attachment bool) (c *NetConf, log *slog.Logger, done func(), err error) {
+	if c, err = ParseConfig(args.StdinData); err != nil {
+		return nil, nil, nil, err
+	}
+	log, done = p.logger(c, args)
+	if attachment {
+		if err := validateArgs(args); err != nil {
+			done()
+			return nil, nil, nil, err
+		}
+	}
+	return c, log, done, nil
+}
+
 // logger adds the configuration's optional log file to p.Log.
 func (p *Plugin) logger(c *NetConf, args *CmdArgs) (*slog.Logger, func()) {
 	base := p.Log
@@ -60,15 +78,11 @@ func (p *Plugin) logger(c *NetConf, args *CmdArgs) (*slog.Logger, func()) {
 
 // Add implements ADD and returns the result in the configuration's version.
 func (p *Plugin) Add(ctx context.Context, args *CmdArgs) (*Result, error) {
-	c, err := ParseConfig(args.StdinData)
+	c, log, done, err := p.start(args, true)
 	if err != nil {
 		return nil, err
 	}
-	log, done := p.logger(c, args)
 	defer done()
-	if err := validateArgs(args); err != nil {
-		return nil, err
-	}
 	if args.Netns == "" {
 		return nil, errorf(CodeBadEnv, "CNI_NETNS is empty")
 	}
@@ -94,11 +108,7 @@ func (p *Plugin) Add(ctx context.Context, args *CmdArgs) (*Result, error) {
 // addFlannel renders and caches the delegate like upstream flannel, then
 // runs a bridge delegate in-process and any other type as a binary.
 func (p *Plugin) addFlannel(ctx context.Context, log *slog.Logger, c *NetConf, env subnetenv.Env, args *CmdArgs, requested []netip.Addr) (_ *Result, err error) {
-	conf, err := renderDelegate(c, env)
-	if err != nil {
-		return nil, err
-	}
-	typ, err := delegateType(conf)
+	conf, typ, err := renderDelegate(c, env)
 	if err != nil {
 		return nil, err
 	}
@@ -204,7 +214,7 @@ func (p *Plugin) add(ctx context.Context, log *slog.Logger, n *network, args *Cm
 		}
 	}
 	success = true
-	return buildResult(n, br.mac, pair, pair.hostName, args.IfName, args.Netns, allocs, routes), nil
+	return buildResult(n, br.mac, pair, args.IfName, args.Netns, allocs, routes), nil
 }
 
 func gatewayPrefixes(allocs []hostlocal.Allocation) []netip.Prefix {

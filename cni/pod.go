@@ -3,7 +3,6 @@ package cni
 import (
 	"fmt"
 	"net/netip"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -104,13 +103,9 @@ func configurePod(podNS *netNS, ifName string, index int, allocs []hostlocal.All
 
 // linkIndex looks a link up by name.
 func linkIndex(s *rtnlConn, name string) (int, error) {
-	req := newRequest(unix.RTM_GETLINK, unix.NLM_F_ACK).add(ifinfomsg(unix.AF_UNSPEC, 0, 0, 0)).attr(unix.IFLA_IFNAME, cstr(name))
-	msgs, err := sendBatch(s, []*request{req}, []string{"look up " + name}, []syscall.Errno{0}, unix.RTM_NEWLINK)
+	l, err := s.getLink(name, 0)
 	if err != nil {
 		return 0, err
 	}
-	if len(msgs) == 0 || len(msgs[0]) < unix.SizeofIfInfomsg {
-		return 0, fmt.Errorf("look up %s: no answer", name)
-	}
-	return int(int32(native.Uint32(msgs[0][4:]))), nil
+	return l.index, nil
 }

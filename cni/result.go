@@ -96,30 +96,9 @@ func (r *Result) appendJSON(b []byte) []byte {
 	v11 := versionAtLeast(r.CNIVersion, "1.1.0")
 	b = append(b, `{"cniVersion":`...)
 	b = appendString(b, r.CNIVersion)
-	if len(r.Interfaces) > 0 {
-		b = append(b, `,"interfaces":[`...)
-		for i, itf := range r.Interfaces {
-			b = appendSep(b, i)
-			b = itf.appendJSON(b, v11)
-		}
-		b = append(b, ']')
-	}
-	if len(r.IPs) > 0 {
-		b = append(b, `,"ips":[`...)
-		for i, ip := range r.IPs {
-			b = appendSep(b, i)
-			b = ip.appendJSON(b, pre1)
-		}
-		b = append(b, ']')
-	}
-	if len(r.Routes) > 0 {
-		b = append(b, `,"routes":[`...)
-		for i, rt := range r.Routes {
-			b = appendSep(b, i)
-			b = rt.appendJSON(b)
-		}
-		b = append(b, ']')
-	}
+	b = appendListField(b, "interfaces", r.Interfaces, func(b []byte, itf *Interface) []byte { return itf.appendJSON(b, v11) })
+	b = appendListField(b, "ips", r.IPs, func(b []byte, ip *IPConfig) []byte { return ip.appendJSON(b, pre1) })
+	b = appendListField(b, "routes", r.Routes, func(b []byte, rt *Route) []byte { return rt.appendJSON(b) })
 	if !r.DNS.IsZero() {
 		b = append(b, `,"dns":`...)
 		b = r.DNS.appendJSON(b)
@@ -159,11 +138,7 @@ func (ip *IPConfig) appendJSON(b []byte, withVersion bool) []byte {
 	b = append(b, `"address":"`...)
 	b = ip.Address.AppendTo(b)
 	b = append(b, '"')
-	if ip.Gateway.IsValid() {
-		b = append(b, `,"gateway":"`...)
-		b = ip.Gateway.AppendTo(b)
-		b = append(b, '"')
-	}
+	b = appendAddrField(b, "gateway", ip.Gateway)
 	return append(b, '}')
 }
 
@@ -171,11 +146,7 @@ func (rt *Route) appendJSON(b []byte) []byte {
 	b = append(b, `{"dst":"`...)
 	b = rt.Dst.AppendTo(b)
 	b = append(b, '"')
-	if rt.GW.IsValid() {
-		b = append(b, `,"gw":"`...)
-		b = rt.GW.AppendTo(b)
-		b = append(b, '"')
-	}
+	b = appendAddrField(b, "gw", rt.GW)
 	for _, f := range []struct {
 		key string
 		val int
@@ -197,22 +168,9 @@ func (rt *Route) appendJSON(b []byte) []byte {
 func (d DNS) appendJSON(b []byte) []byte {
 	b = append(b, '{')
 	start := len(b)
-	for _, f := range []struct {
-		key  string
-		list []string
-	}{{"nameservers", d.Nameservers}, {"search", d.Search}, {"options", d.Options}} {
-		if len(f.list) == 0 {
-			continue
-		}
-		b = append(b, ',')
-		b = appendString(b, f.key)
-		b = append(b, ':', '[')
-		for i, s := range f.list {
-			b = appendSep(b, i)
-			b = appendString(b, s)
-		}
-		b = append(b, ']')
-	}
+	b = appendListField(b, "nameservers", d.Nameservers, appendString)
+	b = appendListField(b, "search", d.Search, appendString)
+	b = appendListField(b, "options", d.Options, appendString)
 	b = appendStringField(b, "domain", d.Domain)
 	if len(b) > start {
 		b = append(b[:start], b[start+1:]...) // the first field's comma
@@ -227,11 +185,22 @@ func deref(p *int) int {
 	return *p
 }
 
-func appendSep(b []byte, i int) []byte {
-	if i > 0 {
-		b = append(b, ',')
+// appendListField appends `,"key":[...]`, each element written by elem,
+// unless the list is empty.
+func appendListField[T any](b []byte, key string, list []T, elem func([]byte, T) []byte) []byte {
+	if len(list) == 0 {
+		return b
 	}
-	return b
+	b = append(b, ',')
+	b = appendString(b, key)
+	b = append(b, ':', '[')
+	for i, v := range list {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = elem(b, v)
+	}
+	return append(b, ']')
 }
 
 // appendStringField appends `,"key":"val"` unless val is empty.
@@ -243,6 +212,18 @@ func appendStringField(b []byte, key, val string) []byte {
 	b = appendString(b, key)
 	b = append(b, ':')
 	return appendString(b, val)
+}
+
+// appendAddrField appends `,"key":"addr"` unless addr is the zero Addr.
+func appendAddrField(b []byte, key string, addr netip.Addr) []byte {
+	if !addr.IsValid() {
+		return b
+	}
+	b = append(b, ',')
+	b = appendString(b, key)
+	b = append(b, ':', '"')
+	b = addr.AppendTo(b)
+	return append(b, '"')
 }
 
 func appendIntField(b []byte, key string, val int) []byte {
@@ -290,11 +271,11 @@ const (
 	ifPod
 )
 
-func buildResult(n *network, br mac, v *vethPair, hostName, ifName, netnsPath string, allocs []hostlocal.Allocation, routes []*Route) *Result {
+func buildResult(n *network, br mac, v *vethPair, ifName, netnsPath string, allocs []hostlocal.Allocation, routes []*Route) *Result {
 	r := &Result{CNIVersion: n.cniVersion, DNS: n.dns, Routes: routes}
 	r.Interfaces = []*Interface{
 		{Name: n.bridge, Mac: br.String()},
-		{Name: hostName, Mac: v.hostMAC.String()},
+		{Name: v.hostName, Mac: v.hostMAC.String()},
 		{Name: ifName, Mac: v.podMAC.String(), Sandbox: netnsPath},
 	}
 	// "mtu" is a 1.1.0 field; older results keep their exact shape.

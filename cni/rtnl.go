@@ -183,7 +183,7 @@ func sendBatch(s *rtnlConn, reqs []*request, what []string, ignore []syscall.Err
 				echoes = append(echoes, slices.Clone(m.Data))
 			case unix.NLMSG_ERROR:
 				delete(pending, m.Header.Seq)
-				errno := syscall.Errno(-int32(binary.NativeEndian.Uint32(m.Data[:4])))
+				errno := syscall.Errno(-int32(native.Uint32(m.Data[:4])))
 				if errno != 0 && errno != ignore[i] && i < firstIdx {
 					first, firstIdx = errno, i
 					if what[i] != "" {

@@ -54,12 +54,12 @@ func parseAlias(alias string) (network string, a hostlocal.Attachment, ok bool) 
 
 // randomMAC is a locally administered unicast address. Choosing it here
 // rather than letting the kernel do it saves reading the links back.
-func randomMAC() (mac, error) {
+func randomMAC() mac {
 	m := make(mac, 8)
 	binary.LittleEndian.PutUint64(m, rand.Uint64())
 	m = m[:6]
 	m[0] = m[0]&0xfe | 0x02
-	return m, nil
+	return m
 }
 
 type vethPair struct {
@@ -76,18 +76,12 @@ type vethPair struct {
 // neither sets the master at creation nor combines the rest.) A leftover
 // host end of the same attachment (an ADD that crashed) is replaced.
 func createVeth(c *rtnlConn, podNS *netNS, br *link, n *network, containerID, ifName string) (*vethPair, error) {
-	v := &vethPair{hostName: HostVethName(containerID, ifName)}
+	v := &vethPair{hostName: HostVethName(containerID, ifName), hostMAC: randomMAC(), podMAC: randomMAC()}
 	alias := vethAlias(n.name, containerID, ifName)
 	if len(alias) > 255 {
 		return nil, errorf(CodeInvalidConfig, "network name %q is too long to tag the host interface", n.name)
 	}
 	var err error
-	if v.hostMAC, err = randomMAC(); err != nil {
-		return nil, err
-	}
-	if v.podMAC, err = randomMAC(); err != nil {
-		return nil, err
-	}
 	for attempt := 0; ; attempt++ {
 		v.podIndex, err = newVeth(c, v, ifName, n.mtu, br.index, int(podNS.Fd()))
 		if err == nil {

@@ -28,12 +28,12 @@ type Request struct {
 	IPs       []netip.Addr
 }
 
-// Allocation is the address handed out from RangeSets[RangeSet].
+// Allocation is the address handed out from one range set; Allocate
+// returns one per set, in the order of Request.RangeSets.
 type Allocation struct {
 	// Address carries the subnet's prefix length (10.244.1.5/24).
-	Address  netip.Prefix
-	Gateway  netip.Addr
-	RangeSet int
+	Address netip.Prefix
+	Gateway netip.Addr
 }
 
 // Allocate reserves one address per range set for the attachment. An
@@ -71,7 +71,7 @@ func (s *Store) allocate(req Request) (_ []Allocation, err error) {
 	done := make([]bool, len(req.RangeSets))
 	assign := func(set, idx int, ip netip.Addr) {
 		r := req.RangeSets[set][idx]
-		out[set] = Allocation{Address: netip.PrefixFrom(ip, r.Subnet.Bits()), Gateway: r.Gateway, RangeSet: set}
+		out[set] = Allocation{Address: netip.PrefixFrom(ip, r.Subnet.Bits()), Gateway: r.Gateway}
 		done[set] = true
 	}
 

@@ -184,9 +184,6 @@ func (s RangeSet) Contains(a netip.Addr) (int, bool) {
 	return 0, false
 }
 
-// Is4 reports the family of the set.
-func (s RangeSet) Is4() bool { return len(s) > 0 && s[0].Subnet.Addr().Is4() }
-
 func (s RangeSet) String() string {
 	parts := make([]string, len(s))
 	for i, r := range s {
