@@ -148,6 +148,10 @@ func (c *NetConf) validateNodenet() error {
 	if c.Delegate != nil {
 		return errorf(CodeInvalidConfig, "network configuration: delegate is a %q key; type %q does the bridge itself", TypeFlannel, TypeNodenet)
 	}
+	if c.IPAM != nil {
+		// Accepting it would silently allocate from subnet.env instead.
+		return errorf(CodeInvalidConfig, "network configuration: type %q allocates addresses itself; use ranges instead of ipam", TypeNodenet)
+	}
 	return nil
 }
 

@@ -27,6 +27,7 @@ func TestParseConfigCodes(t *testing.T) {
 		{`{"cniVersion":"1.0.0","name":"n","type":"nodenet","ranges":[[{"subnet":"10.0.0.0/24"},{"subnet":"10.0.0.128/25"}]]}`, CodeInvalidConfig, "overlap"},
 		{`{"cniVersion":"1.0.0","name":"n","type":"nodenet","ranges":[[{"subnet":"nope"}]]}`, CodeDecode, "nope"},
 		{`{"cniVersion":"1.0.0","name":"n","type":"nodenet","delegate":{}}`, CodeInvalidConfig, "delegate"},
+		{`{"cniVersion":"1.0.0","name":"n","type":"nodenet","ipam":{"type":"host-local"}}`, CodeInvalidConfig, "use ranges instead of ipam"},
 		{`{"cniVersion":"1.0.0","name":"n","type":"flannel","delegate":{"type":7}}`, CodeInvalidConfig, "delegate.type"},
 		{`{"cniVersion":"1.0.0","name":"n","type":"flannel","delegate":{"name":"x"}}`, CodeInvalidConfig, "name"},
 		{`{"cniVersion":"1.0.0","name":"n","type":"nodenet","prevResult":{"ips":[{"address":"banana"}]}}`, CodeDecode, "prevResult"},
