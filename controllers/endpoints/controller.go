@@ -80,23 +80,17 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 		},
 		DeleteFunc: c.enqueueSlice,
 	}
-	for _, h := range []struct {
-		inf     cache.SharedIndexInformer
-		handler cache.ResourceEventHandler
-	}{
-		{svcInf.Informer(), byName},
-		// Endpoints events wake their Service too, so an Endpoints edited by
-		// hand, or left behind by a Service deleted while we were down, is
-		// put right.
-		{epInf.Informer(), byName},
-		{sliceInf.Informer(), bySlice},
-	} {
-		reg, err := h.inf.AddEventHandler(h.handler)
-		if err != nil {
-			return nil, fmt.Errorf("add endpoints controller event handler: %w", err)
-		}
-		c.synced = append(c.synced, reg.HasSynced)
+	// Endpoints events wake their Service too, so an Endpoints edited by
+	// hand, or left behind by a Service deleted while we were down, is put
+	// right.
+	synced, err := ctrlutil.AddHandlers("endpoints",
+		ctrlutil.Handler{Informer: svcInf.Informer(), Handler: byName},
+		ctrlutil.Handler{Informer: epInf.Informer(), Handler: byName},
+		ctrlutil.Handler{Informer: sliceInf.Informer(), Handler: bySlice})
+	if err != nil {
+		return nil, err
 	}
+	c.synced = synced
 	return c, nil
 }
 
