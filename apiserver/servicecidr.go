@@ -241,8 +241,8 @@ func (a *serviceAllocator) cidrs() []string {
 	return out
 }
 
-// ipAddressKeys is where the allocator writes IPAddress objects, beside its
-// claim keys; set once the resources' stores exist.
+// wireIPAddresses tells the allocator where IPAddress objects live, so it
+// claims one beside each ClusterIP; called once the stores exist.
 func (s *Server) wireIPAddresses() {
 	s.services.ipObjects = s.byGV[networkingV1]["ipaddresses"].store
 }

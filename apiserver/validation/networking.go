@@ -48,9 +48,9 @@ func ServiceCIDRUpdate(newC, oldC *networkingv1.ServiceCIDR) field.ErrorList {
 	return allErrs
 }
 
-// ServiceCIDRStatusUpdate validates a status update of a ServiceCIDR
-// (ValidateServiceCIDRStatusUpdate upstream checks metadata only); the
-// conditions must at least be well-formed, since clients read Ready.
+// ServiceCIDRStatusUpdate validates a status update of a ServiceCIDR: as
+// ValidateServiceCIDRStatusUpdate upstream, metadata only (and the spec,
+// which a status write may not touch).
 func ServiceCIDRStatusUpdate(newC, oldC *networkingv1.ServiceCIDR) field.ErrorList {
 	allErrs := validateObjectMetaUpdate(&newC.ObjectMeta, &oldC.ObjectMeta)
 	allErrs = append(allErrs, validateImmutable(newC.Spec, oldC.Spec, specPath)...)
