@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -22,9 +23,8 @@ type user struct {
 	Groups []string
 }
 
-// tokenAuth checks bearer tokens against a kube-style token file. Every
-// authenticated user may do everything: authorization is out of scope for a
-// bundled local API server (on real clusters nodenet uses the real one).
+// tokenAuth checks bearer tokens against a kube-style token file. What an
+// authenticated user may do is the authorizer's call (authz.go).
 type tokenAuth struct {
 	tokens map[string]user
 }
@@ -64,6 +64,10 @@ func loadTokens(file, defaultFile string) (*tokenAuth, string, error) {
 		u := user{Name: rec[1], UID: rec[2]}
 		if len(rec) > 3 && rec[3] != "" {
 			u.Groups = strings.Split(rec[3], ",")
+		}
+		// As kube-apiserver's authenticator chain does for every user.
+		if !slices.Contains(u.Groups, "system:authenticated") {
+			u.Groups = append(u.Groups, "system:authenticated")
 		}
 		a.tokens[rec[0]] = u
 		if u.Name == "admin" && admin == "" {

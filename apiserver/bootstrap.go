@@ -33,6 +33,12 @@ func (s *Server) bootstrap(ctx context.Context) error {
 			return fmt.Errorf("create namespace %s: %w", name, err)
 		}
 	}
+	if err := s.convergeServiceCIDR(ctx); err != nil {
+		return err
+	}
+	if err := s.repairIPAddresses(ctx); err != nil {
+		return err
+	}
 	host, portStr, _ := net.SplitHostPort(s.advertise)
 	port, _ := strconv.Atoi(portStr)
 	svc := &corev1.Service{
@@ -148,6 +154,9 @@ func (s *Server) reloadAllocations(ctx context.Context) {
 		}
 		if err := s.services.load(ctx, s.client); err != nil {
 			s.log.Warn("reload service allocations", "err", err)
+		}
+		if err := s.repairIPAddresses(ctx); err != nil {
+			s.log.Warn("repair IPAddresses", "err", err)
 		}
 	}
 }

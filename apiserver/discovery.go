@@ -31,7 +31,7 @@ func (s *Server) resourceList(gv schema.GroupVersion) *metav1.APIResourceList {
 		}
 		list.APIResources = append(list.APIResources, metav1.APIResource{
 			Name: r.plural, SingularName: r.singular, Namespaced: r.namespaced, Kind: r.kind,
-			Verbs: verbsAll, ShortNames: r.shortNames, Categories: r.categories,
+			Verbs: r.discoveryVerbs(), ShortNames: r.shortNames, Categories: r.categories,
 		})
 		if r.hasStatus {
 			list.APIResources = append(list.APIResources, metav1.APIResource{Name: r.plural + "/status", Namespaced: r.namespaced, Kind: r.kind, Verbs: verbsSubStatus})
@@ -40,23 +40,31 @@ func (s *Server) resourceList(gv schema.GroupVersion) *metav1.APIResourceList {
 			list.APIResources = append(list.APIResources, metav1.APIResource{Name: "pods/binding", Namespaced: true, Kind: "Binding", Verbs: metav1.Verbs{"create"}})
 		}
 	}
+	list.APIResources = append(list.APIResources, reviewResources(gv)...)
 	return list
 }
 
 func (s *Server) groups() []metav1.APIGroup {
 	seen := map[string]*metav1.APIGroup{}
 	var names []string
+	var gvs []schema.GroupVersion
 	for _, r := range s.resources {
-		if r.gv.Group == "" {
+		gvs = append(gvs, r.gv)
+	}
+	for _, rv := range reviews {
+		gvs = append(gvs, rv.gv)
+	}
+	for _, gv := range gvs {
+		if gv.Group == "" {
 			continue
 		}
-		g := seen[r.gv.Group]
+		g := seen[gv.Group]
 		if g == nil {
-			g = &metav1.APIGroup{Name: r.gv.Group}
-			seen[r.gv.Group] = g
-			names = append(names, r.gv.Group)
+			g = &metav1.APIGroup{Name: gv.Group}
+			seen[gv.Group] = g
+			names = append(names, gv.Group)
 		}
-		gvd := metav1.GroupVersionForDiscovery{GroupVersion: r.gv.String(), Version: r.gv.Version}
+		gvd := metav1.GroupVersionForDiscovery{GroupVersion: gv.String(), Version: gv.Version}
 		if len(g.Versions) == 0 {
 			g.Versions = append(g.Versions, gvd)
 			g.PreferredVersion = gvd
@@ -94,7 +102,7 @@ func (s *Server) serveDiscovery(w http.ResponseWriter, r *http.Request) bool {
 		s.fail(w, r, errNoResource())
 	case len(parts) == 3 && parts[0] == "apis":
 		gv := schema.GroupVersion{Group: parts[1], Version: parts[2]}
-		if s.byGV[gv] == nil {
+		if s.byGV[gv] == nil && reviewResources(gv) == nil {
 			s.fail(w, r, errNoResource())
 			return true
 		}

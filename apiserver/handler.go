@@ -33,6 +33,17 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request) {
 	setRequestInfo(r, req)
 	q := r.URL.Query()
 	isWatch := req.watchPath || q.Get("watch") == "true" || q.Get("watch") == "1"
+	verb := requestVerb(r.Method, req, isWatch)
+	if err := s.authorizeResource(r, verb, req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if req.res.refuse != nil {
+		if err := req.res.refuse(verb, req); err != nil {
+			s.fail(w, r, err)
+			return
+		}
+	}
 	switch {
 	case r.Method == http.MethodGet && isWatch:
 		s.watch(w, r, req)

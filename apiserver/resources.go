@@ -7,7 +7,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -47,6 +49,12 @@ type resource struct {
 	gracePeriod func(obj runtime.Object, requested *int64) int64
 	// createOnUpdate lets PUT create a missing object (as for events).
 	createOnUpdate bool
+	// verbs, when set, replaces the full verb list in discovery; refuse
+	// then turns the other verbs away with an error saying why.
+	verbs  metav1.Verbs
+	refuse func(verb string, req *apiRequest) error
+	// columns, when set, are the kubectl get columns.
+	columns func() []column
 
 	store *storage.Store
 	cache *storage.Cache
@@ -120,6 +128,7 @@ func specChanged(obj, old runtime.Object) bool {
 
 var (
 	coreV1        = schema.GroupVersion{Version: "v1"}
+	networkingV1  = networkingv1.SchemeGroupVersion
 	discoveryV1   = discoveryv1.SchemeGroupVersion
 	coordinatinV1 = coordinationv1.SchemeGroupVersion
 	eventsV1      = eventsv1.SchemeGroupVersion
@@ -127,7 +136,7 @@ var (
 
 // newResources returns the served resources, in discovery order.
 func newResources(svc claimer) []*resource {
-	return []*resource{
+	return append([]*resource{
 		{
 			gv: coreV1, plural: "namespaces", singular: "namespace", kind: "Namespace", shortNames: []string{"ns"},
 			hasStatus: true,
@@ -220,7 +229,7 @@ func newResources(svc claimer) []*resource {
 			newList:  func() runtime.Object { return &eventsv1.EventList{} },
 			validate: typed(validation.EventsV1Event), validateUpd: typed2(validation.EventsV1EventUpdate),
 		},
-	}
+	}, upstreamCompatResources()...)
 }
 
 func boolString(b bool) string {

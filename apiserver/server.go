@@ -107,6 +107,7 @@ type Server struct {
 	advertise string // host:port
 	metrics   *metrics
 	auth      *tokenAuth
+	authz     authorizer
 
 	etcd    *embed.Etcd
 	client  *clientv3.Client
@@ -143,7 +144,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, services: svcAlloc, metrics: newMetrics(), done: make(chan struct{})}
+	s := &Server{cfg: cfg, log: cfg.Logger, services: svcAlloc, metrics: newMetrics(), authz: allowAll{}, done: make(chan struct{})}
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	defer func() {
@@ -184,6 +185,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 			return nil, fmt.Errorf("fill watch cache for %s: %w", r.plural, err)
 		}
 	}
+	s.wireIPAddresses()
 	s.namespaces = newNSFinalizer(s)
 	s.goRun(func() { s.namespaces.run(runCtx) })
 	if err := s.listen(ctx); err != nil {
@@ -401,6 +403,9 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if r.Method == http.MethodGet && (s.serveDiscovery(w, r) || s.serveOpenAPI(w, r)) {
+		return
+	}
+	if s.serveReview(w, r) {
 		return
 	}
 	s.serveResource(w, r)

@@ -65,6 +65,9 @@ type serviceAllocator struct {
 	ports     allocator.PortRange
 	ips       *allocator.Set
 	nodePorts *allocator.Set
+	// ipObjects stores the IPAddress objects claimed beside each ClusterIP
+	// (see servicecidr.go).
+	ipObjects *storage.Store
 }
 
 func newServiceAllocator(cidrs []string, ports allocator.PortRange) (*serviceAllocator, error) {
@@ -138,6 +141,8 @@ func (a *serviceAllocator) assign(obj, old runtime.Object) (storage.Claims, map[
 	if prev != nil {
 		have = serviceKeys(prev)
 	}
+	a.ipAddressClaims(want)
+	a.ipAddressClaims(have)
 	c := storage.Claims{Put: map[string]string{}}
 	for k, v := range want {
 		if _, ok := have[k]; !ok {
@@ -219,6 +224,9 @@ func (a *serviceAllocator) assignIPs(svc, prev *corev1.Service, requested map[st
 			}
 			out[i] = ip.String()
 			requested[serviceIPKeys+out[i]] = true
+			if a.ipObjects != nil {
+				requested[a.ipObjects.Key("", out[i])] = true
+			}
 			continue
 		}
 		ip, ok := r.Pick(a.ips)
@@ -361,13 +369,18 @@ func (a *serviceAllocator) keepAllocated(next, cur runtime.Object) {
 
 func (a *serviceAllocator) release(obj runtime.Object) storage.Claims {
 	var c storage.Claims
-	for k := range serviceKeys(obj.(*corev1.Service)) {
+	keys := serviceKeys(obj.(*corev1.Service))
+	a.ipAddressClaims(keys)
+	for k := range keys {
 		c.Release = append(c.Release, k)
 	}
 	return c
 }
 
 func (a *serviceAllocator) setFor(key string) (*allocator.Set, string) {
+	if ip, ok := a.ipFromClaim(key); ok {
+		return a.ips, ip
+	}
 	if v, ok := strings.CutPrefix(key, serviceIPKeys); ok {
 		return a.ips, v
 	}
@@ -411,6 +424,9 @@ func (a *serviceAllocator) forget(keys []string) {
 }
 
 func (a *serviceAllocator) describeTaken(key string) field.ErrorList {
+	if ip, ok := a.ipFromClaim(key); ok {
+		key = serviceIPKeys + ip
+	}
 	if v, ok := strings.CutPrefix(key, serviceIPKeys); ok {
 		return field.ErrorList{field.Invalid(field.NewPath("spec", "clusterIPs"), v, fmt.Sprintf("failed to allocate IP %s: provided IP is already allocated", v))}
 	}

@@ -60,6 +60,9 @@ func orNone(s string) string {
 
 // columnsFor mirrors kubectl's familiar columns for each resource.
 func columnsFor(res *resource) []column {
+	if res.columns != nil {
+		return res.columns()
+	}
 	switch res.kind + "/" + res.gv.Group {
 	case "Node/":
 		return []column{nameCol(),

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/nodenet/nodenet/controllers/cloudroutes"
+	"github.com/nodenet/nodenet/controllers/endpoints"
 	"github.com/nodenet/nodenet/controllers/endpointslice"
 	"github.com/nodenet/nodenet/controllers/loadbalancer"
 	"github.com/nodenet/nodenet/controllers/manager"
@@ -26,7 +27,7 @@ import (
 // allControllers in start order; "*" in --controllers means the ones whose
 // configuration is present (node IPAM needs --cluster-cidr, LoadBalancer IPs
 // --lb-ip-pool, cloud routes --configure-cloud-routes).
-var allControllers = []string{"nodeipam", "endpointslice", "loadbalancer", "nodelifecycle", "scheduler", "cloudroutes"}
+var allControllers = []string{"nodeipam", "endpointslice", "endpoints", "loadbalancer", "nodelifecycle", "scheduler", "cloudroutes"}
 
 type cmFlags struct {
 	kubeconfig     string
@@ -145,6 +146,9 @@ func (f *cmFlags) build(on map[string]bool) ([]manager.Controller, func(), error
 	})
 	add("endpointslice", func(c kubernetes.Interface, fac informers.SharedInformerFactory, r record.EventRecorder, l *slog.Logger) (manager.Runner, error) {
 		return endpointslice.New(c, fac, endpointslice.Options{MaxEndpointsPerSlice: f.maxPerSlice}, r, l)
+	})
+	add("endpoints", func(c kubernetes.Interface, fac informers.SharedInformerFactory, r record.EventRecorder, l *slog.Logger) (manager.Runner, error) {
+		return endpoints.New(c, fac, r, l)
 	})
 	add("loadbalancer", func(c kubernetes.Interface, fac informers.SharedInformerFactory, r record.EventRecorder, l *slog.Logger) (manager.Runner, error) {
 		return loadbalancer.New(c, fac, loadbalancer.Options{Pools: f.lbPools}, r, l)

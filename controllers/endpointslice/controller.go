@@ -143,25 +143,15 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, o
 		}
 	}
 
-	for _, h := range []struct {
-		inf     cache.SharedIndexInformer
-		handler cache.ResourceEventHandler
-	}{
-		{svcInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.addService, UpdateFunc: c.updateService, DeleteFunc: c.deleteService}},
-		{podInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.addPod, UpdateFunc: c.updatePod, DeleteFunc: c.deletePod}},
-		{nodeInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.addNode, UpdateFunc: c.updateNode, DeleteFunc: c.deleteNode}},
-		{sliceInf.Informer(), cache.ResourceEventHandlerFuncs{AddFunc: c.addSlice, UpdateFunc: c.updateSlice, DeleteFunc: c.deleteSlice}},
-	} {
-		reg, err := h.inf.AddEventHandler(h.handler)
-		if err != nil {
-			return nil, fmt.Errorf("add endpointslice controller event handler: %w", err)
-		}
-		// Waiting for the registration (not just the informer) means every
-		// object of the initial list has passed through our handlers, so
-		// every Service and every orphaned slice is queued before a worker
-		// starts.
-		c.synced = append(c.synced, reg.HasSynced)
+	synced, err := ctrlutil.AddHandlers("endpointslice",
+		ctrlutil.Handler{Informer: svcInf.Informer(), Handler: cache.ResourceEventHandlerFuncs{AddFunc: c.addService, UpdateFunc: c.updateService, DeleteFunc: c.deleteService}},
+		ctrlutil.Handler{Informer: podInf.Informer(), Handler: cache.ResourceEventHandlerFuncs{AddFunc: c.addPod, UpdateFunc: c.updatePod, DeleteFunc: c.deletePod}},
+		ctrlutil.Handler{Informer: nodeInf.Informer(), Handler: cache.ResourceEventHandlerFuncs{AddFunc: c.addNode, UpdateFunc: c.updateNode, DeleteFunc: c.deleteNode}},
+		ctrlutil.Handler{Informer: sliceInf.Informer(), Handler: cache.ResourceEventHandlerFuncs{AddFunc: c.addSlice, UpdateFunc: c.updateSlice, DeleteFunc: c.deleteSlice}})
+	if err != nil {
+		return nil, err
 	}
+	c.synced = synced
 	return c, nil
 }
 

@@ -1,11 +1,14 @@
 // Package ctrlutil holds the constructor preamble the controllers share:
-// their work queue, the stand-in for a missing event recorder, and the
-// pod-by-node index.
+// their work queue, handler registration, the stand-in for a missing event
+// recorder, and the pod-by-node index.
 package ctrlutil
 
 import (
+	"fmt"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 )
@@ -42,4 +45,26 @@ type nopRecorder struct{}
 func (nopRecorder) Event(runtime.Object, string, string, string)          {}
 func (nopRecorder) Eventf(runtime.Object, string, string, string, ...any) {}
 func (nopRecorder) AnnotatedEventf(runtime.Object, map[string]string, string, string, string, ...any) {
+}
+
+// Handler is one event handler a controller registers on an informer.
+type Handler struct {
+	Informer cache.SharedIndexInformer
+	Handler  cache.ResourceEventHandler
+}
+
+// AddHandlers registers handlers for the controller named controller and
+// returns what its Run waits for. Waiting for the registrations (not just
+// the informers) means every object of the initial list has passed through
+// the controller's handlers, so everything is queued before a worker starts.
+func AddHandlers(controller string, handlers ...Handler) ([]cache.InformerSynced, error) {
+	synced := make([]cache.InformerSynced, 0, len(handlers))
+	for _, h := range handlers {
+		reg, err := h.Informer.AddEventHandler(h.Handler)
+		if err != nil {
+			return nil, fmt.Errorf("add %s controller event handler: %w", controller, err)
+		}
+		synced = append(synced, reg.HasSynced)
+	}
+	return synced, nil
 }

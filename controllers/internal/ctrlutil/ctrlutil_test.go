@@ -2,9 +2,14 @@ package ctrlutil
 
 import (
 	"slices"
+	"sync"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 )
 
@@ -39,5 +44,33 @@ func TestPodNodeName(t *testing.T) {
 		if got, err := PodNodeName(obj); err != nil || got != nil {
 			t.Errorf("PodNodeName(%T) = %v, %v; want nothing", obj, got, err)
 		}
+	}
+}
+
+func TestAddHandlers(t *testing.T) {
+	client := fake.NewClientset(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "ns"}})
+	factory := informers.NewSharedInformerFactory(client, 0)
+	var mu sync.Mutex
+	var seen []string
+	inf := factory.Core().V1().Services().Informer()
+	synced, err := AddHandlers("test", Handler{Informer: inf, Handler: cache.ResourceEventHandlerFuncs{AddFunc: func(obj any) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, obj.(*corev1.Service).Name)
+	}}})
+	if err != nil || len(synced) != 1 {
+		t.Fatalf("AddHandlers: %d synced, %v", len(synced), err)
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	factory.Start(stop)
+	if !cache.WaitForCacheSync(stop, synced...) {
+		t.Fatal("not synced")
+	}
+	// Synced means the handler has seen the initial list.
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(seen, []string{"s"}) {
+		t.Errorf("handler saw %v before sync, want [s]", seen)
 	}
 }

@@ -1,0 +1,35 @@
+package main
+
+import (
+	"slices"
+	"testing"
+)
+
+// TestEndpointsControllerEnabledByDefault: the Endpoints controller needs
+// no configuration, so "*" (the default) runs it beside the EndpointSlice
+// controller it mirrors, and it can be switched off by name.
+func TestEndpointsControllerEnabledByDefault(t *testing.T) {
+	names := func(f *cmFlags) []string {
+		t.Helper()
+		on, err := f.enabled()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctrls, cleanup, err := f.build(on)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cleanup()
+		var out []string
+		for _, c := range ctrls {
+			out = append(out, c.Name)
+		}
+		return out
+	}
+	if got := names(&cmFlags{}); !slices.Contains(got, "endpoints") || !slices.Contains(got, "endpointslice") {
+		t.Errorf("default controllers %v, want endpoints and endpointslice", got)
+	}
+	if got := names(&cmFlags{controllers: stringList{"*", "-endpoints"}}); slices.Contains(got, "endpoints") {
+		t.Errorf("--controllers=*,-endpoints still runs it: %v", got)
+	}
+}
