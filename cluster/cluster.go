@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -27,7 +26,8 @@ const (
 	ServiceCIDR = "10.96.0.0/12"
 )
 
-// Config describes a cluster. Zero fields get defaults in Up.
+// Config describes a cluster. Validate (called by Up) fills in the
+// defaults of empty strings and checks every field.
 type Config struct {
 	Name      string // namespaces are nn-<Name>-*
 	Dir       string // state directory
@@ -37,6 +37,7 @@ type Config struct {
 	Binary    string // the nodenet binary
 	CNIBinary string // the nodenet-cni binary
 	APIPort   int    // root-namespace port of the API forwarder (0: any)
+	LBPool    string // CIDR LoadBalancer Service IPs come from
 	Out       io.Writer
 }
 
@@ -76,42 +77,13 @@ type Cluster struct {
 	wg        sync.WaitGroup
 }
 
-func (c *Config) defaults() error {
-	if c.Name == "" {
-		c.Name = "local"
-	}
-	if c.Nodes <= 0 {
-		c.Nodes = 3
-	}
-	if c.Backend == "" {
-		c.Backend = "host-gw"
-	}
-	if c.Backend != "host-gw" && c.Backend != "vxlan" {
-		return fmt.Errorf("backend %q: want host-gw or vxlan", c.Backend)
-	}
-	if c.ProxyMode == "" {
-		c.ProxyMode = "iptables"
-	}
-	if c.Out == nil {
-		c.Out = io.Discard
-	}
-	if c.Dir == "" || c.Binary == "" || c.CNIBinary == "" {
-		return errors.New("cluster: Dir, Binary and CNIBinary are required")
-	}
-	var err error
-	if c.Dir, err = filepath.Abs(c.Dir); err != nil {
-		return err
-	}
-	return nil
-}
-
 func (c *Cluster) nodeDir(i int) string { return filepath.Join(c.cfg.Dir, "nodes", NodeName(i)) }
 
 // Up builds the namespaces and the node network, starts every component
 // under supervision, and returns once the API server answers. Components
 // keep running until ctx ends; call Wait to tear down after that.
 func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
-	if err := cfg.defaults(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	// A cluster left behind by a killed up is removed first.
