@@ -40,6 +40,7 @@ func parseUp(args []string) (upOptions, error) {
 	fs.StringVar(&cfg.Name, "name", "local", "cluster name; namespaces are nn-<name>-*")
 	fs.StringVar(&cfg.CNIBinary, "cni-plugin", "", "the nodenet-cni binary (default: nodenet-cni next to this binary)")
 	fs.IntVar(&cfg.APIPort, "api-port", 6443, "port on 127.0.0.1 (root namespace) forwarded to the API server (0: any)")
+	fs.BoolVar(&cfg.Replace, "replace", false, "stop the cluster of the same --dir or --name if one is running, instead of refusing")
 	fs.StringVar(&cfg.LBPool, "lb-ip-pool", cluster.DefaultLBPool, "IPv4 CIDR LoadBalancer Service IPs are handed out from; the vpc router routes each to a node")
 	fs.BoolVar(&o.demo, "demo", false, "once the cluster is up, deploy echo pods and a Service and check traffic")
 	fs.BoolVar(&o.demoExit, "demo-exit", false, "tear down and exit after the demo (status 1 if a check failed), or without --demo once the nodes are Ready")
@@ -162,7 +163,8 @@ func printStatus(c *cluster.Cluster) {
 	}
 }
 
-// runDown is `nodenet down`: removes a cluster left behind (idempotent).
+// runDown is `nodenet down`: stops the cluster's `up` if it is running and
+// removes whatever is left (idempotent).
 func runDown(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("down", flag.ContinueOnError)
 	dir := fs.String("dir", defaultStateDir, "state directory of the cluster")
@@ -171,7 +173,7 @@ func runDown(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if err := cluster.Down(*dir, *name, *keepLogs); err != nil {
+	if err := cluster.DownLive(*dir, *name, *keepLogs, os.Stdout); err != nil {
 		return err
 	}
 	fmt.Println("cluster removed")
