@@ -212,10 +212,11 @@ func TestUpPodsConnectDown(t *testing.T) {
 }
 
 // TestUpNFTablesDemo runs the demo's checks (every pod pair, a Service by
-// ClusterIP from every pod and by NodePort on every node) on a cluster
+// ClusterIP from every pod, by NodePort on every node, and by its
+// LoadBalancer IP from outside the nodes and from a pod) on a cluster
 // whose proxies use the nftables data plane; `make run` covers iptables.
 func TestUpNFTablesDemo(t *testing.T) {
-	_, dir, bin := upCluster(t, "vxlan", "nftables")
+	name, dir, bin := upCluster(t, "vxlan", "nftables")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	kubeconfig := filepath.Join(dir, "admin.kubeconfig")
@@ -224,13 +225,16 @@ func TestUpNFTablesDemo(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	fails, err := cluster.RunDemo(ctx, cs, cluster.DemoOptions{Binary: bin, Kubeconfig: kubeconfig, Nodes: 3, Pods: 4, Out: &out})
+	fails, err := cluster.RunDemo(ctx, cs, cluster.DemoOptions{Binary: bin, Kubeconfig: kubeconfig, Nodes: 3, Pods: 4, ExternalNetns: cluster.VPCNetns(name), Out: &out})
 	if err != nil || fails != 0 {
 		t.Fatalf("demo on nftables: %d failed checks, err %v\n%s", fails, err, out.String())
 	}
-	if !strings.Contains(out.String(), "(service) answered by echo-") {
-		t.Fatalf("the demo checked no Service traffic:\n%s", out.String())
+	for _, want := range []string{"(service) answered by echo-", "(LoadBalancer) answered by echo-", "external client (netns " + cluster.VPCNetns(name) + ")"} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("the demo checked no %q:\n%s", want, out.String())
+		}
 	}
+	t.Logf("demo:\n%s", out.String())
 }
 
 func badCommand(t *testing.T, ctx context.Context, cs kubernetes.Interface) {

@@ -143,7 +143,7 @@ func runUp(ctx context.Context, args []string) error {
 }
 
 func runDemoIn(ctx context.Context, cs kubernetes.Interface, c *cluster.Cluster, cfg cluster.Config, pods int) error {
-	fails, err := cluster.RunDemo(ctx, cs, cluster.DemoOptions{Binary: cfg.Binary, Kubeconfig: c.AdminKube, Nodes: cfg.Nodes, Pods: pods, Out: os.Stdout})
+	fails, err := cluster.RunDemo(ctx, cs, cluster.DemoOptions{Binary: cfg.Binary, Kubeconfig: c.AdminKube, Nodes: cfg.Nodes, Pods: pods, ExternalNetns: cluster.VPCNetns(cfg.Name), Out: os.Stdout})
 	if err != nil {
 		fmt.Printf("demo: %v\n", err)
 		return err
