@@ -529,3 +529,41 @@ func TestDownStopsLiveUp(t *testing.T) {
 		t.Errorf("state directory %s left after down", dir)
 	}
 }
+
+// TestUpCleansUpAfterKilledUp: an `up` killed with -9 leaves its
+// components running in their namespaces and its state behind; that is
+// not a live cluster, and the next `up` removes it and starts.
+func TestUpCleansUpAfterKilledUp(t *testing.T) {
+	nettest.RequirePrivileged(t)
+	bin := filepath.Join(binaries(t), "nodenet")
+	name, dir := randName(), t.TempDir()
+	t.Cleanup(func() {
+		if b, err := exec.Command(bin, "down", "--dir", dir, "--name", name).CombinedOutput(); err != nil {
+			t.Errorf("nodenet down: %v: %s", err, b)
+		}
+		checkNothingLeft(t, name, "")
+	})
+	args := []string{"up", "--nodes", "1", "--dir", dir, "--name", name, "--api-port", "0", "--proxy-mode", "none"}
+	cmd := exec.Command(bin, args...)
+	out := &syncBuf{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(90 * time.Second); !strings.Contains(out.String(), "nodes Ready"); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			t.Fatalf("first up did not come up:\n%s", out.String())
+		}
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if len(netnsOf(name)) == 0 {
+		t.Fatalf("the killed up left nothing behind; the test proves nothing")
+	}
+	second, err := runUp(t, bin, append(args[1:], "--demo-exit")...)
+	if err != nil || !strings.Contains(second, "1 nodes Ready") {
+		t.Fatalf("up after a killed up: %v\n%s", err, second)
+	}
+}

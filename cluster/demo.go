@@ -393,7 +393,11 @@ func Status(ctx context.Context, dir string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "cluster %q (namespaces %s*, up pid %d, API https://127.0.0.1:%d)\n", st.Name, Prefix(st.Name), st.PID, st.APIPort)
+	running := "running"
+	if !(Owner{PID: st.PID, StartTicks: st.StartTicks}).alive() {
+		running = "not running: `nodenet down` removes what it left"
+	}
+	fmt.Fprintf(out, "cluster %q (namespaces %s*, up pid %d %s, API https://127.0.0.1:%d)\n", st.Name, Prefix(st.Name), st.PID, running, st.APIPort)
 	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("API server not answering: %w", err)

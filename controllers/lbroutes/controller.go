@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
@@ -106,19 +107,9 @@ func (c *Controller) Run(ctx context.Context, n int) {
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return
 	}
-	c.queue.Add(syncKey) // even with no Service: stale routes must go
-	go func() {
-		t := time.NewTicker(c.period)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				c.queue.Add(syncKey)
-			}
-		}
-	}()
+	// At once (even with no Service, stale routes must go) and then every
+	// period.
+	go wait.UntilWithContext(ctx, func(context.Context) { c.queue.Add(syncKey) }, c.period)
 	workers.Run(ctx, c.queue, n, "table", c.log, func(ctx context.Context, _ string) error { return c.sync(ctx) })
 }
 
