@@ -442,6 +442,7 @@ func TestUpOneOwnerPerCluster(t *testing.T) {
 		if took := time.Since(start); took > 10*time.Second {
 			t.Errorf("refusal took %v", took)
 		}
+		t.Logf("second up %v refused:\n%s", args, out)
 	}
 	if _, err := os.Stat(otherDir); err == nil {
 		t.Errorf("a refused up created its state directory")
