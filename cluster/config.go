@@ -175,7 +175,7 @@ func (c *Config) checkDir() error {
 		if len(foreign) > 3 {
 			foreign = append(foreign[:3], "…")
 		}
-		return fmt.Errorf("--dir %s is not a nodenet state directory (it holds %s); up and down clear the state directory, so give a new or empty one", abs, strings.Join(foreign, ", "))
+		return fmt.Errorf("--dir %s is not a nodenet state directory (it holds %s); up and down clear a state directory, so they only take a new, empty or nodenet-made one", abs, strings.Join(foreign, ", "))
 	}
 	return nil
 }

@@ -63,6 +63,13 @@ func Down(dir, name string, keepLogs bool) error {
 // if there is one (it tears its cluster down itself), then removes what is
 // left under the cluster's lock, so that no `up` starts in the middle.
 func DownLive(dir, name string, keepLogs bool, out io.Writer) error {
+	// Down clears the directory: never one that is not a state directory
+	// (a mistyped --dir $HOME with --name).
+	chk := Config{Dir: dir}
+	if err := chk.checkDir(); err != nil {
+		return err
+	}
+	dir = chk.Dir
 	// The name comes from the state before the owner is stopped: its
 	// teardown removes cluster.json.
 	if name == "" {
