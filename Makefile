@@ -18,15 +18,22 @@ build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/nodenet-cni ./cmd/nodenet-cni
 
 # The main job: a 3-node cluster in network namespaces (nodenet up), then
-# a demo (echo pods + a Service, pod-to-pod and Service traffic checked).
+# a demo (echo pods + a LoadBalancer Service; pod-to-pod, Service, NodePort
+# and LoadBalancer traffic checked). A second `make run` while one runs is
+# refused (`nodenet down --dir $(STATE)` or `up --replace` removes it).
 # It keeps running until Ctrl-C; `make run DEMO_EXIT=1` exits after the
 # demo, with status 0 only if every check passed (what CI runs).
 NODES    ?= 3
 BACKEND  ?= host-gw
 PROXY_MODE ?= iptables
 DEMO_EXIT ?=
+# LB_IP_POOL: where LoadBalancer IPs come from (default 172.30.0.224/28);
+# API_PORT: the root namespace's port for the API server (default 6443).
+LB_IP_POOL ?=
+API_PORT ?=
 run: build
-	./$(BIN)/nodenet up --nodes $(NODES) --backend $(BACKEND) --proxy-mode $(PROXY_MODE) --dir $(STATE) --demo $(if $(DEMO_EXIT),--demo-exit)
+	./$(BIN)/nodenet up --nodes $(NODES) --backend $(BACKEND) --proxy-mode $(PROXY_MODE) --dir $(STATE) --demo $(if $(DEMO_EXIT),--demo-exit) \
+		$(if $(LB_IP_POOL),--lb-ip-pool $(LB_IP_POOL)) $(if $(API_PORT),--api-port $(API_PORT))
 
 # deps installs the Debian packages the privileged tests need when running as
 # root with apt; otherwise it only checks and names what is missing.

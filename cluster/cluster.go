@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -27,7 +26,8 @@ const (
 	ServiceCIDR = "10.96.0.0/12"
 )
 
-// Config describes a cluster. Zero fields get defaults in Up.
+// Config describes a cluster. Validate (called by Up) fills in the
+// defaults of empty strings and checks every field.
 type Config struct {
 	Name      string // namespaces are nn-<Name>-*
 	Dir       string // state directory
@@ -37,15 +37,18 @@ type Config struct {
 	Binary    string // the nodenet binary
 	CNIBinary string // the nodenet-cni binary
 	APIPort   int    // root-namespace port of the API forwarder (0: any)
+	LBPool    string // CIDR LoadBalancer Service IPs come from
+	Replace   bool   // stop a live `up` of the same dir or name instead of refusing
 	Out       io.Writer
 }
 
 // State is what Up records in <dir>/cluster.json for down and status.
 type State struct {
-	Name    string   `json:"name"`
-	Nodes   []string `json:"nodes"`
-	APIPort int      `json:"apiPort"`
-	PID     int      `json:"pid"`
+	Name       string   `json:"name"`
+	Nodes      []string `json:"nodes"`
+	APIPort    int      `json:"apiPort"`
+	PID        int      `json:"pid"`
+	StartTicks uint64   `json:"startTicks"` // of PID, see Owner
 }
 
 // Prefix is the namespace prefix of a cluster.
@@ -74,35 +77,7 @@ type Cluster struct {
 	NodeKube  string
 	stopFwd   context.CancelFunc
 	wg        sync.WaitGroup
-}
-
-func (c *Config) defaults() error {
-	if c.Name == "" {
-		c.Name = "local"
-	}
-	if c.Nodes <= 0 {
-		c.Nodes = 3
-	}
-	if c.Backend == "" {
-		c.Backend = "host-gw"
-	}
-	if c.Backend != "host-gw" && c.Backend != "vxlan" {
-		return fmt.Errorf("backend %q: want host-gw or vxlan", c.Backend)
-	}
-	if c.ProxyMode == "" {
-		c.ProxyMode = "iptables"
-	}
-	if c.Out == nil {
-		c.Out = io.Discard
-	}
-	if c.Dir == "" || c.Binary == "" || c.CNIBinary == "" {
-		return errors.New("cluster: Dir, Binary and CNIBinary are required")
-	}
-	var err error
-	if c.Dir, err = filepath.Abs(c.Dir); err != nil {
-		return err
-	}
-	return nil
+	claim     *claim
 }
 
 func (c *Cluster) nodeDir(i int) string { return filepath.Join(c.cfg.Dir, "nodes", NodeName(i)) }
@@ -111,25 +86,37 @@ func (c *Cluster) nodeDir(i int) string { return filepath.Join(c.cfg.Dir, "nodes
 // under supervision, and returns once the API server answers. Components
 // keep running until ctx ends; call Wait to tear down after that.
 func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
-	if err := cfg.defaults(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	// A cluster left behind by a killed up is removed first.
-	if err := Down(cfg.Dir, cfg.Name, true); err != nil {
-		return nil, fmt.Errorf("clean previous cluster: %w", err)
+	cl, err := claimOrReplace(cfg)
+	if err != nil {
+		return nil, err
 	}
-	c := &Cluster{cfg: cfg}
+	// The port is taken before anything changes: a busy port must not
+	// cost a stale cluster's clean-up or a half-built network.
+	ln, err := listenAPI(cfg.APIPort)
+	if err != nil {
+		cl.release()
+		return nil, err
+	}
+	c := &Cluster{cfg: cfg, claim: cl, apiLn: ln}
 	defer func() {
 		if err != nil {
 			_ = c.teardown()
 		}
 	}()
+	// A cluster left behind by a killed up is removed first; a live one
+	// cannot be here, claimOrReplace refused or stopped it.
+	if err := Down(cfg.Dir, cfg.Name, true); err != nil {
+		return nil, fmt.Errorf("clean previous cluster: %w", err)
+	}
 	for _, d := range []string{"logs", "apiserver", "bin"} {
 		if err := os.MkdirAll(filepath.Join(cfg.Dir, d), 0o755); err != nil {
 			return nil, err
 		}
 	}
-	st := State{Name: cfg.Name, PID: os.Getpid()}
+	st := State{Name: cfg.Name, PID: os.Getpid(), StartTicks: cl.self.StartTicks}
 	for i := 1; i <= cfg.Nodes; i++ {
 		st.Nodes = append(st.Nodes, NodeName(i))
 	}
@@ -139,9 +126,6 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	fmt.Fprintf(cfg.Out, "network: vpc %s (bridge %s %s/24), %d node namespaces\n", VPCNetns(cfg.Name), vpcBridge, apiIP, cfg.Nodes)
 	if err := c.writeFiles(); err != nil {
 		return nil, err
-	}
-	if c.apiLn, err = net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(cfg.APIPort))); err != nil {
-		return nil, fmt.Errorf("listen for the API forwarder: %w", err)
 	}
 	st.APIPort = c.apiLn.Addr().(*net.TCPAddr).Port
 	b, _ := json.MarshalIndent(st, "", "  ")
@@ -202,7 +186,9 @@ func (c *Cluster) teardown() error {
 	if c.apiLn != nil {
 		_ = c.apiLn.Close()
 	}
-	return Down(c.cfg.Dir, c.cfg.Name, true)
+	err := Down(c.cfg.Dir, c.cfg.Name, true)
+	c.claim.release()
+	return err
 }
 
 // StatusLines is one line per component.

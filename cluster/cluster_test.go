@@ -212,10 +212,11 @@ func TestUpPodsConnectDown(t *testing.T) {
 }
 
 // TestUpNFTablesDemo runs the demo's checks (every pod pair, a Service by
-// ClusterIP from every pod and by NodePort on every node) on a cluster
+// ClusterIP from every pod, by NodePort on every node, and by its
+// LoadBalancer IP from outside the nodes and from a pod) on a cluster
 // whose proxies use the nftables data plane; `make run` covers iptables.
 func TestUpNFTablesDemo(t *testing.T) {
-	_, dir, bin := upCluster(t, "vxlan", "nftables")
+	name, dir, bin := upCluster(t, "vxlan", "nftables")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	kubeconfig := filepath.Join(dir, "admin.kubeconfig")
@@ -224,13 +225,16 @@ func TestUpNFTablesDemo(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	fails, err := cluster.RunDemo(ctx, cs, cluster.DemoOptions{Binary: bin, Kubeconfig: kubeconfig, Nodes: 3, Pods: 4, Out: &out})
+	fails, err := cluster.RunDemo(ctx, cs, cluster.DemoOptions{Binary: bin, Kubeconfig: kubeconfig, Nodes: 3, Pods: 4, ExternalNetns: cluster.VPCNetns(name), Out: &out})
 	if err != nil || fails != 0 {
 		t.Fatalf("demo on nftables: %d failed checks, err %v\n%s", fails, err, out.String())
 	}
-	if !strings.Contains(out.String(), "(service) answered by echo-") {
-		t.Fatalf("the demo checked no Service traffic:\n%s", out.String())
+	for _, want := range []string{"(service) answered by echo-", "(LoadBalancer) answered by echo-", "external client (netns " + cluster.VPCNetns(name) + ")"} {
+		if !strings.Contains(out.String(), want) {
+			t.Fatalf("the demo checked no %q:\n%s", want, out.String())
+		}
 	}
+	t.Logf("demo:\n%s", out.String())
 }
 
 func badCommand(t *testing.T, ctx context.Context, cs kubernetes.Interface) {
@@ -358,9 +362,209 @@ func killAgent(t *testing.T, ctx context.Context, cs kubernetes.Interface, dir, 
 }
 
 func TestMain(m *testing.M) {
+	// Started by owner tests as "nodenet up": a process that looks like a
+	// cluster's supervisor until killed.
+	if os.Getenv("NODENET_TEST_FAKE_UP") == "1" {
+		time.Sleep(time.Minute)
+		os.Exit(0)
+	}
 	code := m.Run()
 	if binDir != "" {
 		_ = os.RemoveAll(binDir)
 	}
 	os.Exit(code)
+}
+
+// runUp runs `nodenet up` to completion (a refused or --demo-exit run)
+// and returns its output.
+func runUp(t *testing.T, bin string, args ...string) (string, error) {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"up"}, args...)...)
+	out := &syncBuf{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return out.String(), err
+	case <-time.After(3 * time.Minute):
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		t.Fatalf("nodenet up %v did not finish:\n%s", args, out.String())
+		return "", nil
+	}
+}
+
+func netnsOf(name string) []string {
+	var out []string
+	ents, _ := os.ReadDir("/run/netns")
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), cluster.Prefix(name)) {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// TestUpOneOwnerPerCluster: a second `up` on a live cluster (same dir, or
+// same name from another dir) is refused with who runs it and how to reach
+// and remove it, and leaves the cluster alone; a busy API port is refused
+// before anything is touched; two `up` started at once end with one
+// cluster; --replace and `down` stop the live `up` and take over.
+func TestUpOneOwnerPerCluster(t *testing.T) {
+	name, dir, bin := upCluster(t, "host-gw", "iptables")
+	st, err := cluster.ReadState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := cluster.Client(filepath.Join(dir, "admin.kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := netnsOf(name)
+	otherDir := filepath.Join(t.TempDir(), "other")
+	for _, args := range [][]string{
+		{"--dir", dir, "--name", name, "--nodes", "1"},
+		{"--dir", otherDir, "--name", name, "--nodes", "1", "--api-port", "0"},
+	} {
+		start := time.Now()
+		out, err := runUp(t, bin, args...)
+		if err == nil {
+			t.Fatalf("second up %v succeeded:\n%s", args, out)
+		}
+		for _, want := range []string{fmt.Sprintf("cluster %q is running: nodenet up pid %d", name, st.PID), "admin.kubeconfig", fmt.Sprintf("https://127.0.0.1:%d", st.APIPort), "nodenet down --dir " + dir, "--replace"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("second up %v: output lacks %q:\n%s", args, want, out)
+			}
+		}
+		if took := time.Since(start); took > 10*time.Second {
+			t.Errorf("refusal took %v", took)
+		}
+		t.Logf("second up %v refused:\n%s", args, out)
+	}
+	if _, err := os.Stat(otherDir); err == nil {
+		t.Errorf("a refused up created its state directory")
+	}
+	if after := netnsOf(name); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("namespaces changed by refused ups: %v -> %v", before, after)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := cluster.WaitNodesReady(ctx, cs, 3, 30*time.Second); err != nil {
+		t.Errorf("cluster after refused ups: %v", err)
+	}
+
+	t.Run("busy API port", func(t *testing.T) {
+		other := randName()
+		fresh := filepath.Join(t.TempDir(), "s")
+		out, err := runUp(t, bin, "--dir", fresh, "--name", other, "--nodes", "1", "--api-port", fmt.Sprint(st.APIPort))
+		if err == nil || !strings.Contains(out, fmt.Sprintf("127.0.0.1:%d is already in use", st.APIPort)) || !strings.Contains(out, "--api-port 0") {
+			t.Fatalf("up on a busy port: %v\n%s", err, out)
+		}
+		if ns := netnsOf(other); len(ns) > 0 {
+			t.Errorf("up on a busy port created namespaces %v", ns)
+		}
+		if _, err := os.Stat(filepath.Join(fresh, "cluster.json")); err == nil {
+			t.Errorf("up on a busy port wrote a cluster state")
+		}
+	})
+
+	t.Run("two at once", func(t *testing.T) {
+		other, fresh := randName(), t.TempDir()
+		type result struct {
+			out string
+			err error
+		}
+		res := make(chan result, 2)
+		for range 2 {
+			go func() {
+				out, err := runUp(t, bin, "--dir", fresh, "--name", other, "--nodes", "1", "--api-port", "0", "--demo-exit")
+				res <- result{out, err}
+			}()
+		}
+		a, b := <-res, <-res
+		if (a.err == nil) == (b.err == nil) {
+			t.Fatalf("two ups at once: want exactly one to succeed\nfirst: %v\n%s\nsecond: %v\n%s", a.err, a.out, b.err, b.out)
+		}
+		refused := a
+		if a.err == nil {
+			refused = b
+		}
+		if !strings.Contains(refused.out, "is running") && !strings.Contains(refused.out, "is starting") {
+			t.Errorf("refused up does not say why:\n%s", refused.out)
+		}
+		checkNothingLeft(t, other, "")
+	})
+
+	t.Run("replace", func(t *testing.T) {
+		out, err := runUp(t, bin, "--replace", "--dir", dir, "--name", name, "--nodes", "1", "--api-port", "0", "--demo-exit")
+		if err != nil || !strings.Contains(out, fmt.Sprintf("replacing: stopped nodenet up pid %d", st.PID)) || !strings.Contains(out, "1 nodes Ready") {
+			t.Fatalf("up --replace: %v\n%s", err, out)
+		}
+	})
+	// The replacing up exited (--demo-exit): down finds nothing to stop and
+	// removes nothing live, and everything is gone (checked in cleanup).
+	if out, err := exec.Command(bin, "down", "--dir", dir).CombinedOutput(); err != nil || strings.Contains(string(out), "stopped") {
+		t.Errorf("down after replace: %v: %s", err, out)
+	}
+}
+
+// TestDownStopsLiveUp: `down` on a running cluster stops its `up`, which
+// tears its cluster down and exits cleanly.
+func TestDownStopsLiveUp(t *testing.T) {
+	name, dir, bin := upCluster(t, "host-gw", "none")
+	st, err := cluster.ReadState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, "down", "--dir", dir).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), fmt.Sprintf("stopped nodenet up pid %d", st.PID)) {
+		t.Fatalf("down on a live cluster: %v: %s", err, out)
+	}
+	if ns := netnsOf(name); len(ns) > 0 {
+		t.Errorf("namespaces left after down: %v", ns)
+	}
+	if _, err := os.Stat(dir); err == nil {
+		t.Errorf("state directory %s left after down", dir)
+	}
+}
+
+// TestUpCleansUpAfterKilledUp: an `up` killed with -9 leaves its
+// components running in their namespaces and its state behind; that is
+// not a live cluster, and the next `up` removes it and starts.
+func TestUpCleansUpAfterKilledUp(t *testing.T) {
+	nettest.RequirePrivileged(t)
+	bin := filepath.Join(binaries(t), "nodenet")
+	name, dir := randName(), t.TempDir()
+	t.Cleanup(func() {
+		if b, err := exec.Command(bin, "down", "--dir", dir, "--name", name).CombinedOutput(); err != nil {
+			t.Errorf("nodenet down: %v: %s", err, b)
+		}
+		checkNothingLeft(t, name, "")
+	})
+	args := []string{"up", "--nodes", "1", "--dir", dir, "--name", name, "--api-port", "0", "--proxy-mode", "none"}
+	cmd := exec.Command(bin, args...)
+	out := &syncBuf{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(90 * time.Second); !strings.Contains(out.String(), "nodes Ready"); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+			t.Fatalf("first up did not come up:\n%s", out.String())
+		}
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	if len(netnsOf(name)) == 0 {
+		t.Fatalf("the killed up left nothing behind; the test proves nothing")
+	}
+	second, err := runUp(t, bin, append(args[1:], "--demo-exit")...)
+	if err != nil || !strings.Contains(second, "1 nodes Ready") {
+		t.Fatalf("up after a killed up: %v\n%s", err, second)
+	}
 }

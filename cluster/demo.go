@@ -118,14 +118,34 @@ func WaitPodsReady(ctx context.Context, cs kubernetes.Interface, ns, selector st
 // Probe runs `nodenet echo --client target` inside a pod's namespace and
 // returns the reply.
 func Probe(ctx context.Context, binary string, from *corev1.Pod, target string) (string, error) {
-	ns := from.Annotations[netnsAnnotation]
+	return probeIn(ctx, binary, from.Annotations[netnsAnnotation], from.Name, target)
+}
+
+// probeIn runs the echo client in the named network namespace.
+func probeIn(ctx context.Context, binary, netns, who, target string) (string, error) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(cctx, "ip", "netns", "exec", ns, binary, "echo", "--client", target, "--message", "hello from "+from.Name).CombinedOutput()
+	out, err := exec.CommandContext(cctx, "ip", "netns", "exec", netns, binary, "echo", "--client", target, "--message", "hello from "+who).CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("%s -> %s: %w: %s", from.Name, target, err, strings.TrimSpace(string(out)))
+		return "", fmt.Errorf("%s -> %s: %w: %s", who, target, err, strings.TrimSpace(string(out)))
 	}
 	return strings.TrimSpace(string(out)), nil
+}
+
+// probeUntil retries probe for up to 10s: the proxies and the vpc router
+// need a moment after an EndpointSlice or a LoadBalancer IP lands.
+func probeUntil(ctx context.Context, probe func() (string, error)) (reply string, err error) {
+	for try := 0; try < 20; try++ {
+		if reply, err = probe(); err == nil {
+			return reply, nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	return reply, err
 }
 
 // DemoOptions configure RunDemo.
@@ -134,7 +154,10 @@ type DemoOptions struct {
 	Kubeconfig string // admin kubeconfig (printed for the user)
 	Nodes      int
 	Pods       int
-	Out        io.Writer
+	// ExternalNetns plays the client outside the cluster (the vpc
+	// namespace, which also is the router of the node network).
+	ExternalNetns string
+	Out           io.Writer
 }
 
 // RunDemo deploys echo pods and a Service and checks pod-to-pod traffic
@@ -170,7 +193,7 @@ func RunDemo(ctx context.Context, cs kubernetes.Interface, o DemoOptions) (int, 
 		}
 	}
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "echo"}, Spec: corev1.ServiceSpec{
-		Type:     corev1.ServiceTypeNodePort,
+		Type:     corev1.ServiceTypeLoadBalancer,
 		Selector: labels,
 		Ports: []corev1.ServicePort{
 			{Name: "tcp", Port: 9000, TargetPort: intstr.FromString("tcp")},
@@ -210,26 +233,22 @@ func RunDemo(ctx context.Context, cs kubernetes.Interface, o DemoOptions) (int, 
 		check(err == nil && reply == to.Name, "http %s -> %s: %s", first.Name, to.Name, orErr(reply, err))
 	}
 
-	fmt.Fprintln(out, "\n== Service demo/echo (NodePort: ClusterIP from every pod, then the NodePort on every node)")
+	fmt.Fprintln(out, "\n== Service demo/echo (LoadBalancer: ClusterIP from every pod, the NodePort on every node, then the LoadBalancer IP)")
 	s, err := WaitEndpoints(ctx, cs, ns, "echo", o.Pods, 60*time.Second)
 	check(err == nil, "EndpointSlices list %d ready endpoints", o.Pods)
 	if s != nil {
 		fmt.Fprintf(out, "  ClusterIP %s\n", s.Spec.ClusterIP)
 		for _, from := range pods {
-			var reply string
-			var err error
-			// The proxy may need a moment after the EndpointSlice lands.
-			for try := 0; try < 20; try++ {
-				if reply, err = Probe(ctx, o.Binary, &from, fmt.Sprintf("http://%s:80/", s.Spec.ClusterIP)); err == nil {
-					break
-				}
-				time.Sleep(500 * time.Millisecond)
-			}
+			reply, err := probeUntil(ctx, func() (string, error) {
+				return Probe(ctx, o.Binary, &from, fmt.Sprintf("http://%s:80/", s.Spec.ClusterIP))
+			})
 			check(err == nil && strings.HasPrefix(reply, "echo-"), "%s -> http://%s (service) answered by %s", from.Name, s.Spec.ClusterIP, orErr(reply, err))
 		}
 	}
+	var lbIP string
 	if s != nil {
 		checkNodePorts(ctx, o.Binary, &first, s, nodes, check)
+		lbIP = checkLoadBalancer(ctx, cs, o, &first, check)
 	}
 	fmt.Fprintf(out, "\n== try it yourself\n")
 	fmt.Fprintf(out, "  export KUBECONFIG=%s\n", o.Kubeconfig)
@@ -237,6 +256,9 @@ func RunDemo(ctx context.Context, cs kubernetes.Interface, o DemoOptions) (int, 
 	fmt.Fprintf(out, "  sudo ip netns exec %s %s echo --client http://%s:%d/\n", first.Annotations[netnsAnnotation], o.Binary, pods[len(pods)-1].Status.PodIP, EchoHTTPPort)
 	if s != nil {
 		fmt.Fprintf(out, "  sudo ip netns exec %s %s echo --client http://%s/\n", first.Annotations[netnsAnnotation], o.Binary, s.Spec.ClusterIP)
+	}
+	if lbIP != "" && o.ExternalNetns != "" {
+		fmt.Fprintf(out, "  sudo ip netns exec %s %s echo --client http://%s/   # the LoadBalancer, from outside the nodes\n", o.ExternalNetns, o.Binary, lbIP)
 	}
 	fmt.Fprintf(out, "  kubectl -n demo delete pod echo-1\n")
 	return fails, nil
@@ -264,16 +286,51 @@ func checkNodePorts(ctx context.Context, binary string, from *corev1.Pod, s *cor
 			}
 		}
 		target := fmt.Sprintf("http://%s:%d/", ip, port)
-		var reply string
-		var err error
-		for try := 0; try < 20; try++ {
-			if reply, err = Probe(ctx, binary, from, target); err == nil {
-				break
-			}
-			time.Sleep(500 * time.Millisecond)
-		}
+		reply, err := probeUntil(ctx, func() (string, error) { return Probe(ctx, binary, from, target) })
 		check(err == nil && strings.HasPrefix(reply, "echo-"), "%s -> %s (NodePort on %s) answered by %s", from.Name, target, n.Name, orErr(reply, err))
 	}
+}
+
+// checkLoadBalancer waits for the Service's LoadBalancer IP and reaches it
+// from the external client (through the vpc router's route to a node) and
+// from a pod (captured by the pod's node). It returns the IP.
+func checkLoadBalancer(ctx context.Context, cs kubernetes.Interface, o DemoOptions, from *corev1.Pod, check func(bool, string, ...any)) string {
+	ip, err := waitLoadBalancerIP(ctx, cs, from.Namespace, "echo", 60*time.Second)
+	check(err == nil, "LoadBalancer IP %s assigned", orErr(ip, err))
+	if err != nil {
+		return ""
+	}
+	target := fmt.Sprintf("http://%s:80/", ip)
+	if o.ExternalNetns != "" {
+		reply, err := probeUntil(ctx, func() (string, error) { return probeIn(ctx, o.Binary, o.ExternalNetns, "outside", target) })
+		check(err == nil && strings.HasPrefix(reply, "echo-"), "external client (netns %s) -> %s answered by %s; vpc router: %s", o.ExternalNetns, target, orErr(reply, err), vpcRoute(ctx, o.ExternalNetns, ip))
+	}
+	reply, err := probeUntil(ctx, func() (string, error) { return Probe(ctx, o.Binary, from, target) })
+	check(err == nil && strings.HasPrefix(reply, "echo-"), "%s -> %s (LoadBalancer) answered by %s", from.Name, target, orErr(reply, err))
+	return ip
+}
+
+func waitLoadBalancerIP(ctx context.Context, cs kubernetes.Interface, ns, name string, timeout time.Duration) (string, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		s, err := cs.CoreV1().Services(ns).Get(ctx, name, metav1.GetOptions{})
+		if err == nil && len(s.Status.LoadBalancer.Ingress) > 0 && s.Status.LoadBalancer.Ingress[0].IP != "" {
+			return s.Status.LoadBalancer.Ingress[0].IP, nil
+		}
+		if err := sleepUntil(ctx, deadline, "a LoadBalancer IP for "+ns+"/"+name); err != nil {
+			return "", err
+		}
+	}
+}
+
+// vpcRoute is the router's route to ip in netns ("172.30.0.225 via
+// 172.30.0.12 dev vpc0 proto 78"), to show which node lbroutes picked.
+func vpcRoute(ctx context.Context, netns, ip string) string {
+	out, err := exec.CommandContext(ctx, "ip", "-n", netns, "route", "show", ip+"/32").Output()
+	if r := strings.Join(strings.Fields(string(out)), " "); err == nil && r != "" {
+		return r
+	}
+	return "no route to " + ip
 }
 
 func orErr(s string, err error) string {
@@ -336,7 +393,11 @@ func Status(ctx context.Context, dir string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "cluster %q (namespaces %s*, up pid %d, API https://127.0.0.1:%d)\n", st.Name, Prefix(st.Name), st.PID, st.APIPort)
+	running := "running"
+	if !(Owner{PID: st.PID, StartTicks: st.StartTicks}).alive() {
+		running = "not running: `nodenet down` removes what it left"
+	}
+	fmt.Fprintf(out, "cluster %q (namespaces %s*, up pid %d %s, API https://127.0.0.1:%d)\n", st.Name, Prefix(st.Name), st.PID, running, st.APIPort)
 	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return fmt.Errorf("API server not answering: %w", err)
@@ -363,13 +424,24 @@ func Status(ctx context.Context, dir string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(out, "\nSERVICE                        TYPE       CLUSTER-IP      PORTS")
+	fmt.Fprintln(out, "\nSERVICE                        TYPE         CLUSTER-IP      EXTERNAL-IP     PORTS")
 	for _, s := range svcs.Items {
 		var ports []string
 		for _, p := range s.Spec.Ports {
 			ports = append(ports, fmt.Sprintf("%d/%s", p.Port, p.Protocol))
 		}
-		fmt.Fprintf(out, "%-30s %-10s %-15s %s\n", s.Namespace+"/"+s.Name, s.Spec.Type, s.Spec.ClusterIP, strings.Join(ports, ","))
+		ext := "<none>"
+		if s.Spec.Type == corev1.ServiceTypeLoadBalancer {
+			ext = "<pending>"
+		}
+		var ips []string
+		for _, ing := range s.Status.LoadBalancer.Ingress {
+			ips = append(ips, ing.IP)
+		}
+		if len(ips) > 0 {
+			ext = strings.Join(ips, ",")
+		}
+		fmt.Fprintf(out, "%-30s %-12s %-15s %-15s %s\n", s.Namespace+"/"+s.Name, s.Spec.Type, s.Spec.ClusterIP, ext, strings.Join(ports, ","))
 	}
 	return nil
 }

@@ -14,13 +14,31 @@
 //	                  plugin (cni0 in the node namespace).
 //
 // The node network is 172.30.0.0/24 (private, RFC 1918); pods use
-// 10.244.0.0/16 (one /24 per node); Services 10.96.0.0/12.
+// 10.244.0.0/16 (one /24 per node); Services 10.96.0.0/12; LoadBalancer
+// Services get an IP from 172.30.0.224/28 (--lb-ip-pool).
+//
+// LoadBalancer traffic: the vpc namespace is the node network's router and
+// its external client. As a cloud load balancer (or a BGP peer) would, it
+// holds a host route per LoadBalancer IP to one node that can serve it —
+// "172.30.0.225 via 172.30.0.12", kept by the controller manager's lbroutes
+// controller in the vpc namespace's main table, moved when that node stops
+// being Ready, and for externalTrafficPolicy Local pointed only at a node
+// with a ready endpoint. The node's proxy captures the address (ipMode
+// VIP) as for a NodePort. Nothing answers ARP for these addresses (no
+// MetalLB-style L2 speaker): a host on vpc0 other than the router would
+// not reach them, just as a host in a cloud subnet only reaches a load
+// balancer through the subnet's router.
 //
 // The root namespace reaches the API server through a TCP forwarder that
 // `nodenet up` runs: it listens on 127.0.0.1:<port> in the root namespace
 // and dials from a thread switched into the vpc namespace. The admin
 // kubeconfig (<dir>/admin.kubeconfig) points at 127.0.0.1, the nodes'
 // kubeconfig (<dir>/node.kubeconfig) at 172.30.0.1.
+//
+// One `up` owns a cluster for its whole life (flocks on <dir>/up.lock and
+// /run/nodenet/<name>.lock, see owner.go): a second `up` is refused with
+// how to reach and remove the running one; `down` and `up --replace` stop
+// the owner, which tears its cluster down.
 //
 // Each component is its own process — the nodenet binary with a subcommand,
 // forked from a thread switched into the component's namespace — and is

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -42,7 +43,9 @@ func Down(dir, name string, keepLogs bool) error {
 	ents, _ := os.ReadDir(dir)
 	var errs []error
 	for _, e := range ents {
-		if keepLogs && e.Name() == "logs" {
+		// The lock stays: its holder (an up cleaning a stale state, or
+		// DownLive) still relies on it; see owner.go.
+		if keepLogs && e.Name() == "logs" || e.Name() == lockFile {
 			continue
 		}
 		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
@@ -50,7 +53,46 @@ func Down(dir, name string, keepLogs bool) error {
 		}
 	}
 	if !keepLogs {
+		_ = os.Remove(filepath.Join(dir, lockFile))
 		_ = os.Remove(dir)
 	}
 	return errors.Join(errs...)
+}
+
+// DownLive is `nodenet down`: it stops the live `up` of the cluster in dir
+// if there is one (it tears its cluster down itself), then removes what is
+// left under the cluster's lock, so that no `up` starts in the middle.
+func DownLive(dir, name string, keepLogs bool, out io.Writer) error {
+	// Down clears the directory: never one that is not a state directory
+	// (a mistyped --dir $HOME with --name).
+	chk := Config{Dir: dir}
+	if err := chk.checkDir(); err != nil {
+		return err
+	}
+	dir = chk.Dir
+	// The name comes from the state before the owner is stopped: its
+	// teardown removes cluster.json.
+	if name == "" {
+		st, err := ReadState(dir)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil // nothing recorded, nothing to remove
+		}
+		if err != nil {
+			return fmt.Errorf("read cluster state: %w", err)
+		}
+		name = st.Name
+	}
+	pid, err := Stop(dir, stopTimeout)
+	if err != nil {
+		return err
+	}
+	if pid != 0 {
+		fmt.Fprintf(out, "stopped nodenet up pid %d\n", pid)
+	}
+	cl, err := claimCluster(name, dir)
+	if err != nil {
+		return err
+	}
+	defer cl.release()
+	return Down(dir, name, keepLogs)
 }

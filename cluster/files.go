@@ -110,7 +110,10 @@ func (c *Cluster) components() []*component {
 			"--advertise-address", apiIP, "--tls-san", "127.0.0.1", "--tls-san", apiIP, "--tls-san", "localhost",
 			"--service-cluster-ip-range", ServiceCIDR}},
 		{name: "controller-manager", netns: vpc, args: []string{"controller-manager",
-			"--kubeconfig", c.NodeKube, "--cluster-cidr", ClusterCIDR, "--leader-elect=false", "--healthz-bind-address", ""}},
+			"--kubeconfig", c.NodeKube, "--cluster-cidr", ClusterCIDR, "--leader-elect=false", "--healthz-bind-address", "",
+			// LoadBalancer IPs, and their routes in this (the vpc router's)
+			// main table: see doc.go.
+			"--lb-ip-pool", c.cfg.LBPool, "--configure-lb-routes"}},
 	}
 	for i := 1; i <= c.cfg.Nodes; i++ {
 		nd, node := c.nodeDir(i), NodeName(i)

@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/nodenet/nodenet/controllers/cloudroutes"
 	"github.com/nodenet/nodenet/controllers/endpoints"
 	"github.com/nodenet/nodenet/controllers/endpointslice"
+	"github.com/nodenet/nodenet/controllers/lbroutes"
 	"github.com/nodenet/nodenet/controllers/loadbalancer"
 	"github.com/nodenet/nodenet/controllers/manager"
 	"github.com/nodenet/nodenet/controllers/nodeipam"
@@ -26,8 +28,9 @@ import (
 
 // allControllers in start order; "*" in --controllers means the ones whose
 // configuration is present (node IPAM needs --cluster-cidr, LoadBalancer IPs
-// --lb-ip-pool, cloud routes --configure-cloud-routes).
-var allControllers = []string{"nodeipam", "endpointslice", "endpoints", "loadbalancer", "nodelifecycle", "scheduler", "cloudroutes"}
+// --lb-ip-pool, cloud routes --configure-cloud-routes, load-balancer routes
+// --configure-lb-routes).
+var allControllers = []string{"nodeipam", "endpointslice", "endpoints", "loadbalancer", "nodelifecycle", "scheduler", "cloudroutes", "lbroutes"}
 
 type cmFlags struct {
 	kubeconfig     string
@@ -43,6 +46,7 @@ type cmFlags struct {
 	monitorPeriod  time.Duration
 	schedulerName  string
 	cloudRoutes    bool
+	lbRoutes       bool
 	routeNetns     string
 	routeTable     int
 	routePeriod    time.Duration
@@ -73,6 +77,7 @@ func (f *cmFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.monitorPeriod, "node-monitor-period", time.Second, "how often node leases are checked")
 	fs.StringVar(&f.schedulerName, "scheduler-name", "default-scheduler", "schedule pods whose spec.schedulerName is this")
 	fs.BoolVar(&f.cloudRoutes, "configure-cloud-routes", false, "program one route per node podCIDR into the route table")
+	fs.BoolVar(&f.lbRoutes, "configure-lb-routes", false, "program one route per LoadBalancer IP of --lb-ip-pool, via a node that can serve it, into the route table (what a cloud load balancer does)")
 	fs.StringVar(&f.routeNetns, "route-table-netns", "", "network namespace (name or path) holding the route table; empty: this one")
 	fs.IntVar(&f.routeTable, "route-table", routes.MainTable, "routing table id for cloud routes")
 	fs.DurationVar(&f.routePeriod, "route-reconciliation-period", 10*time.Second, "how often cloud routes are compared with the nodes")
@@ -117,6 +122,22 @@ func (f *cmFlags) enabled() (map[string]bool, error) {
 	if on["cloudroutes"] && !f.cloudRoutes {
 		return nil, fmt.Errorf("--controllers: cloudroutes needs --configure-cloud-routes")
 	}
+	if on["lbroutes"] && (!f.lbRoutes || len(f.lbPools) == 0) {
+		return nil, fmt.Errorf("--controllers: lbroutes needs --configure-lb-routes and --lb-ip-pool")
+	}
+	if on["lbroutes"] && on["cloudroutes"] {
+		// They share the route table and each deletes what it does not
+		// want inside its own ranges.
+		for _, p := range f.lbPools {
+			for _, c := range f.clusterCIDRs {
+				pp, err1 := netip.ParsePrefix(p)
+				cc, err2 := netip.ParsePrefix(c)
+				if err1 == nil && err2 == nil && pp.Overlaps(cc.Masked()) {
+					return nil, fmt.Errorf("--lb-ip-pool %s overlaps --cluster-cidr %s; the routes of both live in one table", p, c)
+				}
+			}
+		}
+	}
 	return on, nil
 }
 
@@ -128,6 +149,8 @@ func (f *cmFlags) configured(name string) bool {
 		return len(f.lbPools) > 0
 	case "cloudroutes":
 		return f.cloudRoutes
+	case "lbroutes":
+		return f.lbRoutes && len(f.lbPools) > 0
 	}
 	return true
 }
@@ -159,16 +182,22 @@ func (f *cmFlags) build(on map[string]bool) ([]manager.Controller, func(), error
 	add("scheduler", func(c kubernetes.Interface, fac informers.SharedInformerFactory, r record.EventRecorder, l *slog.Logger) (manager.Runner, error) {
 		return scheduler.New(c, fac, scheduler.Options{SchedulerName: f.schedulerName}, r, l)
 	})
-	if on["cloudroutes"] {
-		table, err := routes.NewNetlinkTable(f.routeNetns, f.routeTable, routes.ProtocolNodenet)
-		if err != nil {
-			return nil, nil, fmt.Errorf("--route-table-netns %q --route-table %d: %w", f.routeNetns, f.routeTable, err)
-		}
-		cleanup = table.Close
-		add("cloudroutes", func(c kubernetes.Interface, fac informers.SharedInformerFactory, r record.EventRecorder, l *slog.Logger) (manager.Runner, error) {
-			return cloudroutes.New(c, fac, cloudroutes.Options{Table: table, ClusterCIDRs: f.clusterCIDRs, ReconcilePeriod: f.routePeriod}, r, l)
-		})
+	if !on["cloudroutes"] && !on["lbroutes"] {
+		return out, cleanup, nil
 	}
+	// One table for both: each manages only its own destinations (cluster
+	// CIDRs, load-balancer pools).
+	table, err := routes.NewNetlinkTable(f.routeNetns, f.routeTable, routes.ProtocolNodenet)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--route-table-netns %q --route-table %d: %w", f.routeNetns, f.routeTable, err)
+	}
+	cleanup = table.Close
+	add("cloudroutes", func(c kubernetes.Interface, fac informers.SharedInformerFactory, r record.EventRecorder, l *slog.Logger) (manager.Runner, error) {
+		return cloudroutes.New(c, fac, cloudroutes.Options{Table: table, ClusterCIDRs: f.clusterCIDRs, ReconcilePeriod: f.routePeriod}, r, l)
+	})
+	add("lbroutes", func(c kubernetes.Interface, fac informers.SharedInformerFactory, r record.EventRecorder, l *slog.Logger) (manager.Runner, error) {
+		return lbroutes.New(fac, lbroutes.Options{Table: table, Pools: f.lbPools, ReconcilePeriod: f.routePeriod}, r, l)
+	})
 	return out, cleanup, nil
 }
 

@@ -25,7 +25,7 @@ func subcommands() map[string]subcommand {
 		"flanneld":           {"flannel-compatible node network daemon (host-gw, vxlan, ip-masq)", runFlanneld},
 		"proxy":              {"kube-proxy peer: Services and EndpointSlices as iptables or nftables rules", runProxy},
 		"up":                 {"local multi-node cluster in network namespaces (foreground supervisor)", runUp},
-		"down":               {"remove a local cluster left behind (idempotent)", runDown},
+		"down":               {"stop a local cluster's up and remove the cluster (idempotent)", runDown},
 		"status":             {"nodes, podCIDRs, pods and services of a local cluster", runStatus},
 		"agent":              {"node agent: registers the node, runs pods through CNI", runAgent},
 		"echo":               {"TCP/UDP/HTTP echo server reporting its pod name (or --client)", runEcho},

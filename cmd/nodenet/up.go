@@ -5,8 +5,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -17,37 +19,69 @@ import (
 
 const defaultStateDir = "/tmp/nodenet"
 
-// runUp is `nodenet up`: a local cluster in network namespaces, supervised
-// in the foreground until Ctrl-C.
-func runUp(ctx context.Context, args []string) error {
+// upOptions are `nodenet up`'s flags.
+type upOptions struct {
+	cfg      cluster.Config
+	demo     bool
+	demoExit bool
+	demoPods int
+}
+
+// parseUp parses and validates every flag of `nodenet up` without touching
+// the machine, so that a typo is refused before anything starts.
+func parseUp(args []string) (upOptions, error) {
 	fs := flag.NewFlagSet("up", flag.ContinueOnError)
-	var cfg cluster.Config
-	var demo, demoExit bool
-	var demoPods int
-	fs.IntVar(&cfg.Nodes, "nodes", 3, "number of nodes")
-	fs.StringVar(&cfg.Backend, "backend", "host-gw", "flannel backend: host-gw or vxlan")
-	fs.StringVar(&cfg.ProxyMode, "proxy-mode", "iptables", "proxy data plane on every node: iptables, nftables, or none")
-	fs.StringVar(&cfg.Dir, "dir", defaultStateDir, "state directory (logs, kubeconfigs, per-node CNI dirs)")
+	var o upOptions
+	cfg := &o.cfg
+	fs.IntVar(&cfg.Nodes, "nodes", 3, fmt.Sprintf("number of nodes (1-%d)", cluster.MaxNodes))
+	fs.StringVar(&cfg.Backend, "backend", cluster.Backends[0], "flannel backend: "+strings.Join(cluster.Backends, " or "))
+	fs.StringVar(&cfg.ProxyMode, "proxy-mode", "iptables", "proxy data plane on every node: a mode of `nodenet proxy --proxy-mode` built into this binary, or "+cluster.ProxyModeNone)
+	fs.StringVar(&cfg.Dir, "dir", defaultStateDir, "state directory (logs, kubeconfigs, per-node CNI dirs); new, empty or an earlier cluster's")
 	fs.StringVar(&cfg.Name, "name", "local", "cluster name; namespaces are nn-<name>-*")
 	fs.StringVar(&cfg.CNIBinary, "cni-plugin", "", "the nodenet-cni binary (default: nodenet-cni next to this binary)")
 	fs.IntVar(&cfg.APIPort, "api-port", 6443, "port on 127.0.0.1 (root namespace) forwarded to the API server (0: any)")
-	fs.BoolVar(&demo, "demo", false, "once the cluster is up, deploy echo pods and a Service and check traffic")
-	fs.BoolVar(&demoExit, "demo-exit", false, "with --demo: tear down and exit after the demo (status 1 if a check failed)")
-	fs.IntVar(&demoPods, "demo-pods", 6, "echo pods the demo deploys")
+	fs.BoolVar(&cfg.Replace, "replace", false, "stop the cluster of the same --dir or --name if one is running, instead of refusing")
+	fs.StringVar(&cfg.LBPool, "lb-ip-pool", cluster.DefaultLBPool, "IPv4 CIDR LoadBalancer Service IPs are handed out from; the vpc router routes each to a node")
+	fs.BoolVar(&o.demo, "demo", false, "once the cluster is up, deploy echo pods and a Service and check traffic")
+	fs.BoolVar(&o.demoExit, "demo-exit", false, "tear down and exit after the demo (status 1 if a check failed), or without --demo once the nodes are Ready")
+	fs.IntVar(&o.demoPods, "demo-pods", 6, "echo pods the demo deploys")
 	if err := fs.Parse(args); err != nil {
-		return err
+		return o, err
+	}
+	var errs []error
+	if fs.NArg() > 0 {
+		errs = append(errs, fmt.Errorf("unexpected arguments %v", fs.Args()))
 	}
 	self, err := os.Executable()
 	if err != nil {
-		return err
+		return o, fmt.Errorf("find this binary: %w", err)
 	}
 	cfg.Binary = self
 	if cfg.CNIBinary == "" {
 		cfg.CNIBinary = filepath.Join(filepath.Dir(self), "nodenet-cni")
 	}
-	if _, err := os.Stat(cfg.CNIBinary); err != nil {
-		return fmt.Errorf("CNI plugin: %w (build it with: go build -o %s ./cmd/nodenet-cni)", err, cfg.CNIBinary)
+	// The same modes `nodenet proxy` accepts, from the same map: a mode
+	// it lacks would only show up as crash-looping proxies.
+	if cfg.ProxyMode != cluster.ProxyModeNone {
+		if err := proxyModes(slog.New(slog.DiscardHandler)).Check(cfg.ProxyMode); err != nil {
+			errs = append(errs, fmt.Errorf("%w; up also accepts %s (no proxy)", err, cluster.ProxyModeNone))
+		}
 	}
+	if o.demoPods < 1 {
+		errs = append(errs, fmt.Errorf("--demo-pods %d: want at least 1", o.demoPods))
+	}
+	errs = append(errs, cfg.Validate())
+	return o, errors.Join(errs...)
+}
+
+// runUp is `nodenet up`: a local cluster in network namespaces, supervised
+// in the foreground until Ctrl-C.
+func runUp(ctx context.Context, args []string) error {
+	o, err := parseUp(args)
+	if err != nil {
+		return err
+	}
+	cfg, demo, demoExit, demoPods := o.cfg, o.demo, o.demoExit, o.demoPods
 	cfg.Out = os.Stdout
 	start := time.Now()
 	fmt.Printf("nodenet up: %d nodes, backend %s, proxy %s, state in %s\n", cfg.Nodes, cfg.Backend, cfg.ProxyMode, cfg.Dir)
@@ -109,7 +143,7 @@ func runUp(ctx context.Context, args []string) error {
 }
 
 func runDemoIn(ctx context.Context, cs kubernetes.Interface, c *cluster.Cluster, cfg cluster.Config, pods int) error {
-	fails, err := cluster.RunDemo(ctx, cs, cluster.DemoOptions{Binary: cfg.Binary, Kubeconfig: c.AdminKube, Nodes: cfg.Nodes, Pods: pods, Out: os.Stdout})
+	fails, err := cluster.RunDemo(ctx, cs, cluster.DemoOptions{Binary: cfg.Binary, Kubeconfig: c.AdminKube, Nodes: cfg.Nodes, Pods: pods, ExternalNetns: cluster.VPCNetns(cfg.Name), Out: os.Stdout})
 	if err != nil {
 		fmt.Printf("demo: %v\n", err)
 		return err
@@ -129,7 +163,8 @@ func printStatus(c *cluster.Cluster) {
 	}
 }
 
-// runDown is `nodenet down`: removes a cluster left behind (idempotent).
+// runDown is `nodenet down`: stops the cluster's `up` if it is running and
+// removes whatever is left (idempotent).
 func runDown(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("down", flag.ContinueOnError)
 	dir := fs.String("dir", defaultStateDir, "state directory of the cluster")
@@ -138,7 +173,7 @@ func runDown(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if err := cluster.Down(*dir, *name, *keepLogs); err != nil {
+	if err := cluster.DownLive(*dir, *name, *keepLogs, os.Stdout); err != nil {
 		return err
 	}
 	fmt.Println("cluster removed")

@@ -48,7 +48,7 @@ type Controller struct {
 // New builds the controller and registers its informer handlers; the caller
 // starts factory afterwards.
 func New(client kubernetes.Interface, factory informers.SharedInformerFactory, opts Options, recorder record.EventRecorder, log *slog.Logger) (*Controller, error) {
-	pools, err := parsePools(opts.Pools)
+	pools, err := ParsePools(opts.Pools)
 	if err != nil {
 		return nil, err
 	}

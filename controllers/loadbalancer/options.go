@@ -15,9 +15,9 @@ type Options struct {
 	Pools []string
 }
 
-// parsePools validates the pools. Overlaps are refused rather than merged:
+// ParsePools validates the pools. Overlaps are refused rather than merged:
 // they are almost always a typo, and silently merging would hide it.
-func parsePools(specs []string) ([]netip.Prefix, error) {
+func ParsePools(specs []string) ([]netip.Prefix, error) {
 	var pools []netip.Prefix
 	for _, s := range specs {
 		s = strings.TrimSpace(s)
