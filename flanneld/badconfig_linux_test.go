@@ -69,7 +69,7 @@ func TestBadConfigTouchesNothing(t *testing.T) {
 	}
 	cases = append(cases,
 		tc{"overlaps node network", `{"Network":"192.168.0.0/16","Backend":{"Type":"vxlan"}}`, nil, "Network: 192.168.0.0/16 overlaps the node network 192.168.50.0/24 on eth0"},
-		tc{"no such iface", good, func(o *Options) { o.Iface.Ifaces = []string{"eth9", "10.9.9.9"} }, "--iface eth9, 10.9.9.9: no interface"},
+		tc{"no such iface", good, func(o *Options) { o.Iface.Ifaces = []string{"eth9", "10.9.9.9"} }, "--iface eth9: no interface has that name"},
 		tc{"regex matches nothing", good, func(o *Options) { o.Iface = IfaceOptions{IfaceRegex: []string{"^wlan"}} }, "--iface-regex ^wlan: no interface"},
 		tc{"bad regex", good, func(o *Options) { o.Iface = IfaceOptions{IfaceRegex: []string{"("}} }, "--iface-regex"},
 		tc{"no default route", good, func(o *Options) { o.Iface = IfaceOptions{} }, "no default route"},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/netip"
@@ -63,7 +64,6 @@ type Daemon struct {
 
 	mu     sync.Mutex
 	status string // why not ready; "" = ready
-	alive  bool
 }
 
 // New validates opts and net-conf.json. Its errors mean "fix the config":
@@ -159,25 +159,23 @@ func (d *Daemon) Ready() (bool, string) {
 	return d.status == "", d.status
 }
 
-// Handler serves /healthz, /readyz and /metrics.
+// Handler serves /healthz and /readyz as upstream flanneld does on
+// --healthz-ip:--healthz-port (/healthz: 200 "flanneld is running" for as
+// long as the process serves; /readyz: 200 "flanneld is ready" or 503
+// "flanneld is not ready yet", to which nodenet appends the reason), and
+// /metrics.
 func (d *Daemon) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		d.mu.Lock()
-		alive := d.alive
-		d.mu.Unlock()
-		if !alive {
-			http.Error(w, "not running", http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintln(w, "ok")
+		_, _ = io.WriteString(w, "flanneld is running")
 	})
 	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
 		if ok, why := d.Ready(); !ok {
-			http.Error(w, why, http.StatusServiceUnavailable)
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, "flanneld is not ready yet: "+why)
 			return
 		}
-		fmt.Fprintln(w, "ok")
+		_, _ = io.WriteString(w, "flanneld is ready")
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(d.m.reg, promhttp.HandlerOpts{}))
 	return mux
@@ -197,14 +195,6 @@ type subnetManager interface {
 // Run brings the node's network up and keeps it converged until ctx ends.
 // It returns nil on cancellation and leaves the data plane in place.
 func (d *Daemon) Run(ctx context.Context) error {
-	d.mu.Lock()
-	d.alive = true
-	d.mu.Unlock()
-	defer func() {
-		d.mu.Lock()
-		d.alive = false
-		d.mu.Unlock()
-	}()
 	err := d.run(ctx)
 	if ctx.Err() != nil && (err == nil || errors.Is(err, context.Canceled) || errors.Is(err, ctx.Err())) {
 		d.log.Info("stopping; routes, devices and rules stay in place")

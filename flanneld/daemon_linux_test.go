@@ -53,8 +53,12 @@ func TestWaitsForPodCIDR(t *testing.T) {
 		t.Fatalf("Run returned while waiting: %v", err)
 	default:
 	}
-	if code, _ := get(t, h, "/healthz"); code != http.StatusOK {
-		t.Fatalf("/healthz %d while waiting", code)
+	// Upstream flanneld v0.28.10's answers, byte for byte.
+	if code, body := get(t, h, "/healthz"); code != http.StatusOK || body != "flanneld is running" {
+		t.Fatalf("/healthz %d %q while waiting", code, body)
+	}
+	if code, body := get(t, h, "/readyz"); code != http.StatusServiceUnavailable || !strings.HasPrefix(body, "flanneld is not ready yet") {
+		t.Fatalf("/readyz %d %q while waiting", code, body)
 	}
 	for _, f := range []string{d.opts.SubnetFile, d.opts.InstallCNIConf} {
 		if _, err := os.Stat(f); err == nil {
@@ -65,7 +69,10 @@ func TestWaitsForPodCIDR(t *testing.T) {
 	if _, err := api.Client.CoreV1().Nodes().Patch(ctx, nd.name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	testapi.Eventually(t, 10*time.Second, "ready", func() bool { code, _ := get(t, h, "/readyz"); return code == http.StatusOK })
+	testapi.Eventually(t, 10*time.Second, "ready", func() bool {
+		code, body := get(t, h, "/readyz")
+		return code == http.StatusOK && body == "flanneld is ready"
+	})
 	env, err := subnetenv.Read(d.opts.SubnetFile)
 	if err != nil || env.Subnet.String() != "10.244.7.1/24" || env.MTU != 1450 {
 		t.Fatalf("subnet.env %+v (%v)", env, err)

@@ -59,8 +59,10 @@
 // and a full sync whenever a data plane implementing IntegrityChecker finds
 // its state gone, checked every IntegrityCheckPeriod); SyncNow runs one sync
 // directly (tests, benchmarks). HealthHandler serves
-// /healthz, /livez, /readyz; Metrics().Registry holds the Prometheus
-// metrics. proxy/app holds the --proxy-mode switch; proxy/proxytest is the
+// /healthz and /livez with kube-proxy's JSON bodies and status codes, and
+// /readyz; Metrics().Registry holds the Prometheus metrics, under
+// kube-proxy's names (kubeproxy_*, v1.37) wherever kube-proxy has the
+// same series, nodenet_proxy_* otherwise. proxy/app holds the --proxy-mode switch; proxy/proxytest is the
 // real-kernel suite every data plane runs (KernelSuite: IPv4, IPv6 and a
 // dual-stack Service through a dual-stack proxy; SwitchSuite: IPv4).
 package proxy

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -25,63 +26,157 @@ func DefaultListen(ctx context.Context, addr string) (net.Listener, error) {
 	return lc.Listen(ctx, "tcp", addr)
 }
 
-// healthState tracks whether syncs keep up, for /healthz and the
-// healthCheckNodePort answers (kube-proxy semantics: unhealthy when a change
-// has waited for a sync longer than the allowed staleness).
+// healthState is kube-proxy's ProxyHealthServer state: per family, when
+// the last sync succeeded and since when a change has waited for one.
+// Unhealthy when a change has waited longer than staleAfter.
 type healthState struct {
-	staleAfter  time.Duration
-	lastQueued  atomic.Int64 // unix nanos of the oldest unsynced change, 0 if none
-	lastSuccess atomic.Int64
-	now         func() time.Time
+	staleAfter time.Duration
+	now        func() time.Time
+	// node returns this node's object (nil when unknown), for
+	// nodeEligible.
+	node func() *v1.Node
+	// metrics counts /healthz and /livez answers (nil: not counted).
+	metrics *Metrics
+
+	// everSynced is set by the first successful sync (for /readyz).
+	everSynced atomic.Bool
+
+	mu           sync.Mutex
+	lastUpdated  map[Family]time.Time
+	oldestQueued map[Family]time.Time
 }
 
-func (h *healthState) queued() {
-	h.lastQueued.CompareAndSwap(0, h.now().UnixNano())
+func newHealthState(staleAfter time.Duration, now func() time.Time) *healthState {
+	return &healthState{staleAfter: staleAfter, now: now, node: func() *v1.Node { return nil },
+		lastUpdated: map[Family]time.Time{}, oldestQueued: map[Family]time.Time{}}
 }
 
-func (h *healthState) synced(pendingRemain bool) {
-	h.lastSuccess.Store(h.now().UnixNano())
-	if !pendingRemain {
-		h.lastQueued.Store(0)
-	} else {
-		h.lastQueued.Store(h.now().UnixNano())
+// queued records that a change for f waits for a sync.
+func (h *healthState) queued(f Family) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, set := h.oldestQueued[f]; !set {
+		h.oldestQueued[f] = h.now()
 	}
 }
 
-// healthy reports ok and a reason.
+// updated records a successful sync of f (or the start of the sync loop).
+func (h *healthState) updated(f Family) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.oldestQueued, f)
+	h.lastUpdated[f] = h.now()
+}
+
+// proxyHealth is kube-proxy's /healthz and /livez body (same fields, same
+// order, same JSON names).
+type proxyHealth struct {
+	LastUpdated  time.Time                      `json:"lastUpdated"`
+	CurrentTime  time.Time                      `json:"currentTime"`
+	NodeEligible *bool                          `json:"nodeEligible,omitempty"`
+	Healthy      bool                           `json:"healthy"`
+	Status       map[v1.IPFamily]familyHealthJS `json:"status,omitempty"`
+}
+
+type familyHealthJS struct {
+	LastUpdated time.Time `json:"lastUpdated"`
+	Healthy     bool      `json:"healthy"`
+}
+
+// health evaluates the state as kube-proxy does: only families that have
+// synced (or started their loop) count, and each is unhealthy when its
+// oldest queued change is older than staleAfter.
+func (h *healthState) health() proxyHealth {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := proxyHealth{Healthy: true, Status: map[v1.IPFamily]familyHealthJS{}, CurrentTime: h.now()}
+	for f, last := range h.lastUpdated {
+		if last.After(out.LastUpdated) {
+			out.LastUpdated = last
+		}
+		fh := familyHealthJS{LastUpdated: last, Healthy: true}
+		if q, set := h.oldestQueued[f]; set && out.CurrentTime.Sub(q) >= h.staleAfter {
+			fh.Healthy, out.Healthy = false, false
+		}
+		out.Status[v1.IPFamily(f.String())] = fh
+	}
+	return out
+}
+
+// healthy reports whether syncs keep up, and why not.
 func (h *healthState) healthy() (bool, string) {
-	q := h.lastQueued.Load()
-	if q != 0 && h.now().Sub(time.Unix(0, q)) > h.staleAfter {
+	if !h.health().Healthy {
 		return false, fmt.Sprintf("changes pending for more than %s", h.staleAfter)
 	}
 	return true, "ok"
 }
 
-// healthzHandler serves /healthz, /livez and /readyz.
+// nodeEligible is kube-proxy's: the node exists, is not being deleted and
+// is not tainted for deletion by the cluster autoscaler, so load
+// balancers probing /healthz drain a node that is going away.
+func (h *healthState) nodeEligible() bool {
+	n := h.node()
+	if n == nil || !n.DeletionTimestamp.IsZero() {
+		return false
+	}
+	for _, t := range n.Spec.Taints {
+		if t.Key == toBeDeletedTaint {
+			return false
+		}
+	}
+	return true
+}
+
+const toBeDeletedTaint = "ToBeDeletedByClusterAutoscaler"
+
+// handler serves kube-proxy's /healthz (sync health and node eligibility)
+// and /livez (sync health only) with its bodies and status codes, and
+// /readyz (nodenet's: unready until the first successful sync).
 func (h *healthState) handler() http.Handler {
 	mux := http.NewServeMux()
-	serve := func(w http.ResponseWriter, _ *http.Request) {
-		ok, reason := h.healthy()
-		w.Header().Set("Content-Type", "application/json")
-		last := ""
-		if s := h.lastSuccess.Load(); s != 0 {
-			last = time.Unix(0, s).UTC().Format(time.RFC3339Nano)
-		}
-		if !ok {
-			w.WriteHeader(http.StatusServiceUnavailable)
-		}
-		_ = json.NewEncoder(w).Encode(map[string]any{"healthy": ok, "reason": reason, "lastUpdated": last})
-	}
-	mux.HandleFunc("/healthz", serve)
-	mux.HandleFunc("/livez", serve)
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		if h.lastSuccess.Load() == 0 {
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		hl := h.health()
+		eligible := h.nodeEligible()
+		hl.NodeEligible = &eligible
+		h.write(w, hl, hl.Healthy && eligible, "healthz")
+	})
+	mux.HandleFunc("/livez", func(w http.ResponseWriter, _ *http.Request) {
+		hl := h.health()
+		h.write(w, hl, hl.Healthy, "livez")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if !h.everSynced.Load() {
 			http.Error(w, "no sync yet", http.StatusServiceUnavailable)
 			return
 		}
-		serve(w, r)
+		hl := h.health()
+		h.write(w, hl, hl.Healthy, "")
 	})
 	return mux
+}
+
+func (h *healthState) write(w http.ResponseWriter, hl proxyHealth, ok bool, probe string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	code := http.StatusOK
+	if !ok {
+		code = http.StatusServiceUnavailable
+	} else {
+		// kube-proxy reports the time of the answer as lastUpdated when
+		// healthy.
+		hl.LastUpdated = h.now()
+	}
+	if h.metrics != nil {
+		switch probe {
+		case "healthz":
+			h.metrics.ProxyHealthzTotal.WithLabelValues(strconv.Itoa(code)).Inc()
+		case "livez":
+			h.metrics.ProxyLivezTotal.WithLabelValues(strconv.Itoa(code)).Inc()
+		}
+	}
+	w.WriteHeader(code)
+	out, _ := json.Marshal(hl)
+	_, _ = w.Write(out)
 }
 
 // hcService is what one healthCheckNodePort reports.

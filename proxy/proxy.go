@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -114,14 +115,18 @@ func New(cfg Config, planes map[Family]DataPlane) (*Proxy, error) {
 	if stale > 2*time.Minute {
 		stale = 2 * time.Minute
 	}
-	p.health = &healthState{staleAfter: max(stale, 10*cfg.MinSyncPeriod), now: time.Now}
+	p.health = newHealthState(max(stale, 10*cfg.MinSyncPeriod), time.Now)
 	p.hc = &healthCheckServers{listen: cfg.HealthCheckListen, log: cfg.Logger, health: p.health}
 	for f := range planes {
 		p.fams = append(p.fams, f)
 		p.state[f] = &familyState{byService: map[types.NamespacedName][]*ServicePort{}}
 	}
 	slices.Sort(p.fams)
+	p.health.node = func() *v1.Node { return p.tracker.Node() }
+	p.health.metrics = cfg.Metrics
 	p.tracker = NewTracker(p.nudge)
+	p.tracker.metrics = cfg.Metrics
+	cfg.Metrics.registerMode(p.Mode())
 	return p, nil
 }
 
@@ -131,9 +136,17 @@ func (p *Proxy) Tracker() *Tracker { return p.tracker }
 // Metrics returns the proxy's metrics.
 func (p *Proxy) Metrics() *Metrics { return p.metrics }
 
+// Mode is the data planes' mode name (the one --proxy-mode selected), which
+// decides the mode-specific metrics.
+func (p *Proxy) Mode() string { return p.planes[p.fams[0]].Name() }
+
+// nudge asks for a sync; like kube-proxy's Proxier.Sync it marks every
+// family's change as queued (for /healthz and the queued timestamp).
 func (p *Proxy) nudge() {
-	p.health.queued()
-	p.metrics.PendingChanges.Set(float64(p.tracker.Pending()))
+	for _, f := range p.fams {
+		p.health.queued(f)
+		p.metrics.SyncProxyRulesLastQueuedTimestamp.WithLabelValues(f.String()).SetToCurrentTime()
+	}
 	select {
 	case p.nudgeCh <- struct{}{}:
 	default:
@@ -165,6 +178,11 @@ func (p *Proxy) RunLoop(ctx context.Context) {
 	}
 	var retry <-chan time.Time
 	full := false
+	// As kube-proxy's SyncLoop: the health clock starts now, so a first
+	// sync that never succeeds turns /healthz unhealthy.
+	for _, f := range p.fams {
+		p.health.updated(f)
+	}
 	p.nudge() // the first sync runs even with nothing to track
 	for {
 		select {
@@ -240,7 +258,6 @@ func (p *Proxy) SyncNow(ctx context.Context, forceFull bool) error {
 	}
 	first := p.first
 	c := p.tracker.take(first)
-	p.metrics.PendingChanges.Set(float64(p.tracker.Pending()))
 
 	local, err := p.localAddrs()
 	if err != nil {
@@ -250,6 +267,7 @@ func (p *Proxy) SyncNow(ctx context.Context, forceFull bool) error {
 	var errs []error
 	allOK := true
 	for _, f := range p.fams {
+		famStart := time.Now()
 		node := nodeInfo(p.cfg.NodeName, c.node, f)
 		nps := p.cfg.NodePortAddresses.Resolve(f, local, node.IPs)
 		npsChanged := !nps.Equal(p.nodePorts[f])
@@ -268,13 +286,16 @@ func (p *Proxy) SyncNow(ctx context.Context, forceFull bool) error {
 		for n := range c.services {
 			cs.Services[n] = struct{}{}
 		}
-		if err := p.syncFamily(ctx, f, snap, cs, start); err != nil {
+		if err := p.syncFamily(ctx, f, snap, cs, famStart); err != nil {
 			allOK = false
 			p.fullNeeded[f] = true
 			errs = append(errs, err)
 			continue
 		}
 		p.fullNeeded[f] = false
+		p.observeLatency(f, c.triggers)
+		p.health.updated(f)
+		p.metrics.SyncProxyRulesLastTimestamp.WithLabelValues(f.String()).SetToCurrentTime()
 	}
 	p.first = false
 	if full := forceFull || first; full && allOK {
@@ -289,9 +310,7 @@ func (p *Proxy) SyncNow(ctx context.Context, forceFull bool) error {
 		p.tracker.requeue(c)
 		return errors.Join(errs...)
 	}
-	p.health.synced(p.tracker.Pending() > 0)
-	p.metrics.LastSync.SetToCurrentTime()
-	p.observeLatency(c)
+	p.health.everSynced.Store(true)
 	if len(c.services) > 0 || first {
 		p.log.Debug("synced", "services", len(c.services), "took", time.Since(start))
 	}
@@ -302,15 +321,20 @@ func (p *Proxy) syncFamily(ctx context.Context, f Family, snap *Snapshot, cs Cha
 	dp := p.planes[f]
 	mode, fam := dp.Name(), f.String()
 	res, err := dp.Sync(ctx, snap, cs)
-	kind := "partial"
+	took := time.Since(start).Seconds()
+	p.metrics.SyncProxyRulesLatency.WithLabelValues(fam).Observe(took)
 	if cs.Full {
-		kind = "full"
+		p.metrics.SyncFullProxyRulesLatency.WithLabelValues(fam).Observe(took)
+	} else {
+		p.metrics.SyncPartialProxyRulesLatency.WithLabelValues(fam).Observe(took)
 	}
-	p.metrics.SyncDuration.WithLabelValues(mode, fam, kind).Observe(time.Since(start).Seconds())
 	if err != nil {
-		p.metrics.SyncFailures.WithLabelValues(mode, fam).Inc()
+		for _, c := range p.metrics.failureCounters(mode, !cs.Full) {
+			c.WithLabelValues(fam).Inc()
+		}
 		return fmt.Errorf("sync %s %s: %w", mode, f, err)
 	}
+	p.state[f].countNoLocal(snap, cs, p.metrics, fam)
 	p.metrics.RulesProgrammed.WithLabelValues(mode, fam).Set(float64(res.Total))
 	p.metrics.RulesWritten.WithLabelValues(mode, fam).Add(float64(res.Written))
 	p.cleanConntrack(f, p.programmed[f], snap, cs)
@@ -326,8 +350,10 @@ func (p *Proxy) cleanConntrack(f Family, prev, next *Snapshot, cs ChangeSet) {
 	if stale.empty() {
 		return
 	}
+	start := time.Now()
 	n, err := p.cfg.Conntrack.DeleteFlows(f, stale)
-	p.metrics.ConntrackDeleted.Add(float64(n))
+	p.metrics.ConntrackReconcileLatency.WithLabelValues(f.String()).Observe(time.Since(start).Seconds())
+	p.metrics.ConntrackDeletedEntries.WithLabelValues(f.String()).Add(float64(n))
 	if err != nil {
 		// Not fatal for the sync: the rules are right; stale flows age out.
 		p.metrics.ConntrackFailures.Inc()
@@ -335,14 +361,16 @@ func (p *Proxy) cleanConntrack(f Family, prev, next *Snapshot, cs ChangeSet) {
 	}
 }
 
-func (p *Proxy) observeLatency(c changes) {
+// observeLatency records, once f's sync is in the kernel, the network
+// programming latency of every EndpointSlice change of family f it carried.
+func (p *Proxy) observeLatency(f Family, triggers map[types.NamespacedName][]trigger) {
 	now := time.Now()
-	for _, pc := range c.services {
-		if pc.since.IsZero() {
-			continue
-		}
-		for _, f := range p.fams {
-			p.metrics.ProgrammingLatency.WithLabelValues(p.planes[f].Name(), f.String()).Observe(now.Sub(pc.since).Seconds())
+	h := p.metrics.NetworkProgrammingLatency.WithLabelValues(f.String())
+	for _, ts := range triggers {
+		for _, tr := range ts {
+			if tr.family == f {
+				h.Observe(now.Sub(tr.at).Seconds())
+			}
 		}
 	}
 }

@@ -178,7 +178,7 @@ func TestChangeTrackingAndChangeSets(t *testing.T) {
 	if _, cs := rp.last(); !cs.Full {
 		t.Error("sync after a failure is not full")
 	}
-	if got := metricValue(p.Metrics().SyncFailures.WithLabelValues("recording", "IPv4")); got != 1 {
+	if got := metricValue(p.Metrics().SyncFailures.WithLabelValues("IPv4")); got != 1 {
 		t.Errorf("sync failures metric = %v", got)
 	}
 }
@@ -433,20 +433,45 @@ func metricValue(m prometheus.Metric) float64 {
 
 func TestProgrammingLatencyFromTriggerTime(t *testing.T) {
 	p, _ := newTestProxy(t, Config{})
+	// The proxy "started" a minute ago: trigger times before that are
+	// history and must not count.
+	p.tracker.started = time.Now().Add(-time.Minute)
 	p.Tracker().SetService(service("a", "web", "10.96.0.1"))
-	sl := slice("a", "web", "web-1", 8080, "10.244.0.1")
-	sl.Annotations = map[string]string{TriggerTimeAnnotation: time.Now().Add(-3 * time.Second).Format(time.RFC3339Nano)}
-	p.Tracker().SetEndpointSlice(sl)
+	annotated := func(name string, ago time.Duration) *discovery.EndpointSlice {
+		sl := slice("a", "web", name, 8080, "10.244.0.1")
+		sl.Annotations = map[string]string{TriggerTimeAnnotation: time.Now().Add(-ago).Format(time.RFC3339Nano)}
+		return sl
+	}
+	p.Tracker().SetEndpointSlice(annotated("web-1", 3*time.Second))
+	p.Tracker().SetEndpointSlice(annotated("web-2", 5*time.Second))
+	p.Tracker().SetEndpointSlice(annotated("web-old", 2*time.Minute)) // before the start
+	p.Tracker().SetEndpointSlice(slice("a", "web", "web-none", 8080)) // no annotation
+	v6 := annotated("web-v6", 4*time.Second)
+	v6.AddressType = discovery.AddressTypeIPv6
+	p.Tracker().SetEndpointSlice(v6) // another family's proxier measures it
 	if err := p.SyncNow(context.Background(), false); err != nil {
 		t.Fatal(err)
 	}
 	var d dto.Metric
-	h, _ := p.Metrics().ProgrammingLatency.GetMetricWithLabelValues("recording", "IPv4")
+	h, _ := p.Metrics().NetworkProgrammingLatency.GetMetricWithLabelValues("IPv4")
 	if err := h.(prometheus.Metric).Write(&d); err != nil {
 		t.Fatal(err)
 	}
-	if d.Histogram.GetSampleCount() != 1 || d.Histogram.GetSampleSum() < 3 {
-		t.Errorf("latency samples %d sum %.2fs, want 1 sample ≥ 3s (from the annotation)", d.Histogram.GetSampleCount(), d.Histogram.GetSampleSum())
+	if n, sum := d.Histogram.GetSampleCount(), d.Histogram.GetSampleSum(); n != 2 || sum < 8 || sum > 9 {
+		t.Errorf("latency samples %d sum %.2fs, want 2 samples (3s and 5s, from the annotations)", n, sum)
+	}
+	// A deletion's annotation dates the slice's last update: not measured.
+	p.Tracker().SetEndpointSlice(annotated("web-1", time.Second))
+	p.Tracker().DeleteEndpointSlice(annotated("web-2", time.Second))
+	if err := p.SyncNow(context.Background(), false); err != nil {
+		t.Fatal(err)
+	}
+	d = dto.Metric{}
+	if err := h.(prometheus.Metric).Write(&d); err != nil {
+		t.Fatal(err)
+	}
+	if n := d.Histogram.GetSampleCount(); n != 2 {
+		t.Errorf("latency samples %d after a deletion, want still 2", n)
 	}
 }
 

@@ -38,6 +38,11 @@ func nodeInfo(name string, node *v1.Node, f Family) NodeInfo {
 // service ports each service contributed, so a change replaces exactly them.
 type familyState struct {
 	byService map[types.NamespacedName][]*ServicePort
+	// noLocal holds the ports whose Local-policy traffic has no endpoint
+	// (noLocalInternal|noLocalExternal bits), kept up to date by
+	// countNoLocal; noLocalCount is the number of ports per bit.
+	noLocal      map[ServicePortName]uint8
+	noLocalCount [2]int
 }
 
 // buildInput is everything one snapshot build needs.

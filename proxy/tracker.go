@@ -31,8 +31,25 @@ type Tracker struct {
 	// was triggered (annotation) or observed.
 	dirty     map[types.NamespacedName]time.Time
 	nodeDirty bool
-	nudge     func()
-	now       func() time.Time
+	// triggers are the last-change-trigger-times of the EndpointSlice
+	// changes since the last take, for network programming latency.
+	triggers map[types.NamespacedName][]trigger
+	// svcDirty are the services whose Service object changed since the
+	// last take; sliceChanges counts EndpointSlice changes since then.
+	svcDirty     map[types.NamespacedName]struct{}
+	sliceChanges int
+	// started is when the tracker was created: trigger times before it
+	// are history (a restart), not latency.
+	started time.Time
+	metrics *Metrics // nil: not counted
+	nudge   func()
+	now     func() time.Time
+}
+
+// trigger is one EndpointSlice change's trigger time, by address family.
+type trigger struct {
+	family Family
+	at     time.Time
 }
 
 // NewTracker returns an empty tracker; nudge (may be nil) is called after
@@ -45,6 +62,9 @@ func NewTracker(nudge func()) *Tracker {
 		services: map[types.NamespacedName]*v1.Service{},
 		slices:   map[types.NamespacedName]map[string]*discovery.EndpointSlice{},
 		dirty:    map[types.NamespacedName]time.Time{},
+		triggers: map[types.NamespacedName][]trigger{},
+		svcDirty: map[types.NamespacedName]struct{}{},
+		started:  time.Now(),
 		nudge:    nudge,
 		now:      time.Now,
 	}
@@ -59,13 +79,14 @@ func (t *Tracker) markLocked(n types.NamespacedName, at time.Time) {
 // SetService records an added or updated Service.
 func (t *Tracker) SetService(svc *v1.Service) {
 	n := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
+	t.countEvent(false)
 	t.mu.Lock()
 	if old := t.services[n]; old != nil && old.ResourceVersion == svc.ResourceVersion && old.ResourceVersion != "" {
 		t.mu.Unlock()
 		return // informer resync: nothing changed
 	}
 	t.services[n] = svc
-	t.markLocked(n, t.now())
+	t.markServiceLocked(n)
 	t.mu.Unlock()
 	t.nudge()
 }
@@ -73,13 +94,14 @@ func (t *Tracker) SetService(svc *v1.Service) {
 // DeleteService records a deleted Service.
 func (t *Tracker) DeleteService(namespace, name string) {
 	n := types.NamespacedName{Namespace: namespace, Name: name}
+	t.countEvent(false)
 	t.mu.Lock()
 	if _, ok := t.services[n]; !ok {
 		t.mu.Unlock()
 		return
 	}
 	delete(t.services, n)
-	t.markLocked(n, t.now())
+	t.markServiceLocked(n)
 	t.mu.Unlock()
 	t.nudge()
 }
@@ -94,12 +116,67 @@ func sliceService(sl *discovery.EndpointSlice) (types.NamespacedName, bool) {
 
 func (t *Tracker) triggerTime(sl *discovery.EndpointSlice) time.Time {
 	now := t.now()
-	if s := sl.Annotations[TriggerTimeAnnotation]; s != "" {
-		if tt, err := time.Parse(time.RFC3339Nano, s); err == nil && !tt.After(now) {
-			return tt
-		}
+	if tt, ok := sliceTriggerTime(sl); ok && !tt.After(now) {
+		return tt
 	}
 	return now
+}
+
+func sliceTriggerTime(sl *discovery.EndpointSlice) (time.Time, bool) {
+	s := sl.Annotations[TriggerTimeAnnotation]
+	if s == "" {
+		return time.Time{}, false
+	}
+	tt, err := time.Parse(time.RFC3339Nano, s)
+	return tt, err == nil
+}
+
+// recordTriggerLocked keeps sl's trigger time for the latency metric, as
+// kube-proxy does: only for slices of an IP family, and only for changes
+// made after the tracker started.
+func (t *Tracker) recordTriggerLocked(n types.NamespacedName, sl *discovery.EndpointSlice) {
+	var f Family
+	switch sl.AddressType {
+	case discovery.AddressTypeIPv4:
+		f = IPv4
+	case discovery.AddressTypeIPv6:
+		f = IPv6
+	default:
+		return
+	}
+	if tt, ok := sliceTriggerTime(sl); ok && tt.After(t.started) {
+		t.triggers[n] = append(t.triggers[n], trigger{family: f, at: tt})
+	}
+}
+
+// markServiceLocked records a change of the Service object itself.
+func (t *Tracker) markServiceLocked(n types.NamespacedName) {
+	t.markLocked(n, t.now())
+	t.svcDirty[n] = struct{}{}
+	if t.metrics != nil {
+		t.metrics.ServiceChangesPending.Set(float64(len(t.svcDirty)))
+	}
+}
+
+// markSliceLocked records a change of one of n's EndpointSlices.
+func (t *Tracker) markSliceLocked(n types.NamespacedName, at time.Time) {
+	t.markLocked(n, at)
+	t.sliceChanges++
+	if t.metrics != nil {
+		t.metrics.EndpointChangesPending.Set(float64(t.sliceChanges))
+	}
+}
+
+// countEvent counts an informer event, changed or not, as kube-proxy's
+// *_changes_total do.
+func (t *Tracker) countEvent(slice bool) {
+	switch {
+	case t.metrics == nil:
+	case slice:
+		t.metrics.EndpointChangesTotal.Inc()
+	default:
+		t.metrics.ServiceChangesTotal.Inc()
+	}
 }
 
 // SetEndpointSlice records an added or updated EndpointSlice.
@@ -108,6 +185,7 @@ func (t *Tracker) SetEndpointSlice(sl *discovery.EndpointSlice) {
 	if !ok {
 		return
 	}
+	t.countEvent(true)
 	t.mu.Lock()
 	m := t.slices[n]
 	if m == nil {
@@ -119,7 +197,8 @@ func (t *Tracker) SetEndpointSlice(sl *discovery.EndpointSlice) {
 		return
 	}
 	m[sl.Name] = sl
-	t.markLocked(n, t.triggerTime(sl))
+	t.markSliceLocked(n, t.triggerTime(sl))
+	t.recordTriggerLocked(n, sl)
 	t.mu.Unlock()
 	t.nudge()
 }
@@ -130,6 +209,7 @@ func (t *Tracker) DeleteEndpointSlice(sl *discovery.EndpointSlice) {
 	if !ok {
 		return
 	}
+	t.countEvent(true)
 	t.mu.Lock()
 	m := t.slices[n]
 	if _, ok := m[sl.Name]; !ok {
@@ -140,7 +220,10 @@ func (t *Tracker) DeleteEndpointSlice(sl *discovery.EndpointSlice) {
 	if len(m) == 0 {
 		delete(t.slices, n)
 	}
-	t.markLocked(n, t.now())
+	t.markSliceLocked(n, t.now())
+	// A deleted slice's annotation dates its last update, not the
+	// deletion: kube-proxy drops the service's pending trigger times.
+	delete(t.triggers, n)
 	t.mu.Unlock()
 	t.nudge()
 }
@@ -180,6 +263,13 @@ func sameNodeInputs(a, b *v1.Node) bool {
 	return true
 }
 
+// Node returns this node's object as last seen (nil: not seen or deleted).
+func (t *Tracker) Node() *v1.Node {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.node
+}
+
 // Pending is the number of services changed since the last Take.
 func (t *Tracker) Pending() int {
 	t.mu.Lock()
@@ -200,6 +290,7 @@ type changes struct {
 	services    map[types.NamespacedName]pendingChange
 	nodeChanged bool
 	node        *v1.Node
+	triggers    map[types.NamespacedName][]trigger
 }
 
 // take captures and clears the pending changes. With all, every known
@@ -207,7 +298,7 @@ type changes struct {
 func (t *Tracker) take(all bool) changes {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	c := changes{services: make(map[types.NamespacedName]pendingChange, len(t.dirty)), nodeChanged: t.nodeDirty, node: t.node}
+	c := changes{services: make(map[types.NamespacedName]pendingChange, len(t.dirty)), nodeChanged: t.nodeDirty, node: t.node, triggers: t.triggers}
 	capture := func(n types.NamespacedName, since time.Time) {
 		pc := pendingChange{svc: t.services[n], since: since}
 		for _, sl := range t.slices[n] {
@@ -227,6 +318,13 @@ func (t *Tracker) take(all bool) changes {
 	}
 	t.dirty = map[types.NamespacedName]time.Time{}
 	t.nodeDirty = false
+	t.triggers = map[types.NamespacedName][]trigger{}
+	clear(t.svcDirty)
+	t.sliceChanges = 0
+	if t.metrics != nil {
+		t.metrics.ServiceChangesPending.Set(0)
+		t.metrics.EndpointChangesPending.Set(0)
+	}
 	return c
 }
 
@@ -241,6 +339,11 @@ func (t *Tracker) requeue(c changes) {
 	}
 	if c.nodeChanged {
 		t.nodeDirty = true
+	}
+	// The trigger times go back too: the latency runs until the change is
+	// in the kernel, which a failed sync did not achieve.
+	for n, ts := range c.triggers {
+		t.triggers[n] = append(ts, t.triggers[n]...)
 	}
 	t.mu.Unlock()
 }

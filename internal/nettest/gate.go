@@ -83,6 +83,13 @@ func gate(t testing.TB, problem error, strict bool) {
 	}
 }
 
+// Require gates on any requirement: problem nil runs, otherwise the test
+// skips with problem as the reason, or fails under NODENET_PRIVILEGED.
+func Require(t testing.TB, problem error) {
+	t.Helper()
+	gate(t, problem, strict())
+}
+
 // RequirePrivileged skips (or, under NODENET_PRIVILEGED, fails) unless the
 // process can create and mount network namespaces. New calls it, so tests
 // that use New need not.
