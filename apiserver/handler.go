@@ -396,14 +396,16 @@ func (s *Server) updateObject(ctx context.Context, req *apiRequest, wantRV strin
 // status split is kept, defaults are applied, generation bumps, validation.
 func (s *Server) prepareUpdate(req *apiRequest, next, cur runtime.Object) (runtime.Object, error) {
 	res := req.res
-	if req.sub == "status" {
-		merged := cur.DeepCopyObject()
-		copyStatus(merged, next)
-		nAcc, _ := meta.Accessor(next)
-		mAcc, _ := meta.Accessor(merged)
-		mAcc.SetResourceVersion(nAcc.GetResourceVersion())
-		next = merged
-	} else if res.hasStatus && req.sub == "" {
+	switch {
+	case req.sub == "status":
+		// As kube-apiserver's status strategies: the client's metadata
+		// (labels, annotations: flanneld publishes its node annotations
+		// this way) and status are kept; the spec is reset to the stored one.
+		keepSpec(next, cur)
+		if res.prepareStatus != nil {
+			res.prepareStatus(next, cur)
+		}
+	case res.hasStatus && req.sub == "":
 		copyStatus(next, cur)
 	}
 	acc, _ := meta.Accessor(next)

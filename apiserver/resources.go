@@ -39,6 +39,9 @@ type resource struct {
 	validate      func(obj runtime.Object) field.ErrorList
 	validateUpd   func(obj, old runtime.Object) field.ErrorList
 	validateStat  func(obj, old runtime.Object) field.ErrorList
+	// prepareStatus, when set, resets more than the spec on a status update
+	// (what kube-apiserver's status strategy of the kind resets).
+	prepareStatus func(obj, old runtime.Object)
 	// fieldSet lists the fields a fieldSelector may use, beyond metadata.
 	fieldSet func(obj runtime.Object) fields.Set
 	// claims, when set, allocates values kept in the same transaction.
@@ -98,6 +101,20 @@ func copyStatus(dst, src runtime.Object) {
 	d := reflect.ValueOf(dst).Elem().FieldByName("Status")
 	if d.IsValid() {
 		d.Set(reflect.ValueOf(src).Elem().FieldByName("Status"))
+	}
+}
+
+// keepSpec sets every field of dst but metadata and status to src's: what a
+// status update may not change.
+func keepSpec(dst, src runtime.Object) {
+	d, s := reflect.ValueOf(dst).Elem(), reflect.ValueOf(src).Elem()
+	t := d.Type()
+	for i := 0; i < t.NumField(); i++ {
+		switch t.Field(i).Name {
+		case "TypeMeta", "ObjectMeta", "Status":
+			continue
+		}
+		d.Field(i).Set(s.Field(i))
 	}
 }
 
@@ -163,9 +180,10 @@ func newResources(svc claimer) []*resource {
 				p.Status = corev1.PodStatus{Phase: corev1.PodPending}
 			},
 			validate: typed(validation.Pod), validateUpd: typed2(validation.PodUpdate),
-			validateStat: typed2(validation.PodStatusUpdate),
-			fieldSet:     podFields,
-			gracePeriod:  podGracePeriod,
+			validateStat:  typed2(validation.PodStatusUpdate),
+			prepareStatus: podPrepareStatus,
+			fieldSet:      podFields,
+			gracePeriod:   podGracePeriod,
 		},
 		{
 			gv: coreV1, plural: "services", singular: "service", kind: "Service", shortNames: []string{"svc"}, categories: []string{"all"},
@@ -275,4 +293,30 @@ func podGracePeriod(o runtime.Object, requested *int64) int64 {
 		return *p.Spec.TerminationGracePeriodSeconds
 	}
 	return 30
+}
+
+// podPrepareStatus is the part of kube-apiserver's pods/status strategy
+// beyond the spec: owner references stay (old kubelets corrupted them and
+// broke garbage collection), and values a client left out because it does not
+// know them (qosClass, observedGeneration) keep their stored value.
+func podPrepareStatus(obj, old runtime.Object) {
+	p, o := obj.(*corev1.Pod), old.(*corev1.Pod)
+	p.OwnerReferences = o.OwnerReferences
+	if p.Status.QOSClass == "" {
+		p.Status.QOSClass = o.Status.QOSClass
+	}
+	if p.Status.ObservedGeneration == 0 {
+		p.Status.ObservedGeneration = o.Status.ObservedGeneration
+	}
+	for i := range p.Status.Conditions {
+		c := &p.Status.Conditions[i]
+		if c.ObservedGeneration != 0 {
+			continue
+		}
+		for _, oc := range o.Status.Conditions {
+			if oc.Type == c.Type {
+				c.ObservedGeneration = oc.ObservedGeneration
+			}
+		}
+	}
 }
