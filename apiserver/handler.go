@@ -292,7 +292,7 @@ func (s *Server) claimAndWrite(ctx context.Context, req *apiRequest, obj, old ru
 			res.claims.abandon(claims, requested, c.Keys)
 			for _, k := range c.Keys {
 				if requested[k] {
-					return nil, apierrors.NewInvalid(res.gvk().GroupKind(), req.name, res.claims.describeTaken(k))
+					return nil, apierrors.NewInvalid(res.gvk().GroupKind(), req.name, res.claims.describeTaken(obj, k))
 				}
 			}
 			if attempt < 16 {
