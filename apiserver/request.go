@@ -151,7 +151,8 @@ func (s *Server) decodeObject(w http.ResponseWriter, r *http.Request, res *resou
 	return obj, nil
 }
 
-// selector is a parsed labelSelector + fieldSelector.
+// selector is a parsed labelSelector + fieldSelector. It matches stored
+// objects (what caches and etcd lists hold), so a view's fieldSet reads those.
 type selector struct {
 	labels labels.Selector
 	fields fields.Selector
@@ -191,7 +192,7 @@ func (r *resource) supportsField(f string) bool {
 	if r.fieldSet == nil {
 		return false
 	}
-	_, ok := r.fieldSet(r.newObj())[f]
+	_, ok := r.fieldSet(r.stored().newObj())[f]
 	return ok
 }
 

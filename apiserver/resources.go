@@ -51,8 +51,40 @@ type resource struct {
 	// createOnUpdate lets PUT create a missing object (as for events).
 	createOnUpdate bool
 
+	// storedAs, when set, is the resource whose stored objects this one
+	// serves in another shape (events.k8s.io/v1 Events are core/v1 Events):
+	// the two share store and cache, toStored and fromStored convert at the
+	// edges, and fieldSet reads stored objects.
+	storedAs   *resource
+	toStored   func(runtime.Object) runtime.Object
+	fromStored func(runtime.Object) runtime.Object
+
 	store *storage.Store
 	cache *storage.Cache
+}
+
+// in turns an object of this resource into its stored form.
+func (r *resource) in(obj runtime.Object) runtime.Object {
+	if r.toStored == nil {
+		return obj
+	}
+	return r.toStored(obj)
+}
+
+// out turns a stored object into this resource's form.
+func (r *resource) out(obj runtime.Object) runtime.Object {
+	if r.fromStored == nil {
+		return obj
+	}
+	return r.fromStored(obj)
+}
+
+// stored is the resource whose objects are in storage for this one.
+func (r *resource) stored() *resource {
+	if r.storedAs != nil {
+		return r.storedAs
+	}
+	return r
 }
 
 // tracksGeneration: objects with a spec/status split count spec changes in
@@ -144,6 +176,14 @@ var (
 
 // newResources returns the served resources, in discovery order.
 func newResources(svc claimer) []*resource {
+	coreEvents := &resource{
+		gv: coreV1, plural: "events", singular: "event", kind: "Event", shortNames: []string{"ev"},
+		namespaced: true, createOnUpdate: true,
+		newObj:   func() runtime.Object { return &corev1.Event{} },
+		newList:  func() runtime.Object { return &corev1.EventList{} },
+		validate: typed(validation.CoreEvent), validateUpd: typed2(validation.CoreEventUpdate),
+		fieldSet: coreEventFields,
+	}
 	return []*resource{
 		{
 			gv: coreV1, plural: "namespaces", singular: "namespace", kind: "Namespace", shortNames: []string{"ns"},
@@ -208,14 +248,7 @@ func newResources(svc claimer) []*resource {
 			defaults:   typedDefault(defaulting.ConfigMap),
 			validate:   typed(validation.ConfigMap), validateUpd: typed2(validation.ConfigMapUpdate),
 		},
-		{
-			gv: coreV1, plural: "events", singular: "event", kind: "Event", shortNames: []string{"ev"},
-			namespaced: true, createOnUpdate: true,
-			newObj:   func() runtime.Object { return &corev1.Event{} },
-			newList:  func() runtime.Object { return &corev1.EventList{} },
-			validate: typed(validation.CoreEvent), validateUpd: typed2(validation.CoreEventUpdate),
-			fieldSet: coreEventFields,
-		},
+		coreEvents,
 		{
 			gv: discoveryV1, plural: "endpointslices", singular: "endpointslice", kind: "EndpointSlice",
 			namespaced: true,
@@ -237,6 +270,8 @@ func newResources(svc claimer) []*resource {
 			newObj:   func() runtime.Object { return &eventsv1.Event{} },
 			newList:  func() runtime.Object { return &eventsv1.EventList{} },
 			validate: typed(validation.EventsV1Event), validateUpd: typed2(validation.EventsV1EventUpdate),
+			fieldSet: eventsV1Fields,
+			storedAs: coreEvents, toStored: eventFromV1, fromStored: eventToV1,
 		},
 	}
 }

@@ -157,9 +157,22 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := svcAlloc.load(ctx, s.client); err != nil {
 		return nil, err
 	}
+	if err := migrateEventsV1(ctx, s.client, cfg.EtcdPrefix, s.log); err != nil {
+		return nil, fmt.Errorf("migrate events.k8s.io events: %w", err)
+	}
 	s.resources = newResources(svcAlloc)
 	s.byGV = map[schema.GroupVersion]map[string]*resource{}
 	for _, r := range s.resources {
+		if s.byGV[r.gv] == nil {
+			s.byGV[r.gv] = map[string]*resource{}
+		}
+		s.byGV[r.gv][r.plural] = r
+		if r.storedAs != nil {
+			// A view is listed after the resource it serves, whose store
+			// and cache it shares.
+			r.store, r.cache = r.storedAs.store, r.storedAs.cache
+			continue
+		}
 		prefix := cfg.EtcdPrefix + "/" + r.plural + "/"
 		if r.gv.Group != "" {
 			prefix = cfg.EtcdPrefix + "/" + r.gv.Group + "/" + r.plural + "/"
@@ -167,10 +180,6 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		r.store = storage.NewStore(s.client, prefix, r.gvk(), r.newObj)
 		r.store.Observe = s.metrics.observeEtcd
 		r.cache = storage.NewCache(r.store, cfg.WatchCacheSize, s.log.With("resource", r.plural))
-		if s.byGV[r.gv] == nil {
-			s.byGV[r.gv] = map[string]*resource{}
-		}
-		s.byGV[r.gv][r.plural] = r
 		switch {
 		case r.kind == "Namespace":
 			s.nsRes = r
