@@ -5,9 +5,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/nodenet/nodenet/apiserver"
+	"github.com/nodenet/nodenet/internal/version"
 )
 
 func runAPIServer(ctx context.Context, args []string) error {
@@ -56,6 +58,6 @@ func runAPIServer(ctx context.Context, args []string) error {
 }
 
 func runVersion(ctx context.Context, args []string) error {
-	fmt.Printf("nodenet %s (Kubernetes API %s)\n", apiserver.Version.GitVersion, apiserver.Version.GitVersion)
+	fmt.Printf("nodenet %s (Kubernetes API %s, %s %s)\n", version.GitVersion, version.Kubernetes, runtime.Version(), version.Info().Platform)
 	return nil
 }
