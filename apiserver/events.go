@@ -32,16 +32,13 @@ func eventToV1(o runtime.Object) runtime.Object {
 		Action:                   e.Action,
 		Reason:                   e.Reason,
 		Regarding:                e.InvolvedObject,
+		Related:                  e.Related.DeepCopy(),
 		Note:                     e.Message,
 		Type:                     e.Type,
 		DeprecatedSource:         e.Source,
 		DeprecatedFirstTimestamp: e.FirstTimestamp,
 		DeprecatedLastTimestamp:  e.LastTimestamp,
 		DeprecatedCount:          e.Count,
-	}
-	if e.Related != nil {
-		r := *e.Related
-		out.Related = &r
 	}
 	if e.Series != nil {
 		out.Series = &eventsv1.EventSeries{Count: e.Series.Count, LastObservedTime: e.Series.LastObservedTime}
@@ -56,6 +53,7 @@ func eventFromV1(o runtime.Object) runtime.Object {
 		TypeMeta:            coreEventTypeMeta,
 		ObjectMeta:          *e.ObjectMeta.DeepCopy(),
 		InvolvedObject:      e.Regarding,
+		Related:             e.Related.DeepCopy(),
 		Reason:              e.Reason,
 		Message:             e.Note,
 		Source:              e.DeprecatedSource,
@@ -67,10 +65,6 @@ func eventFromV1(o runtime.Object) runtime.Object {
 		Action:              e.Action,
 		ReportingController: e.ReportingController,
 		ReportingInstance:   e.ReportingInstance,
-	}
-	if e.Related != nil {
-		r := *e.Related
-		out.Related = &r
 	}
 	if e.Series != nil {
 		out.Series = &corev1.EventSeries{Count: e.Series.Count, LastObservedTime: e.Series.LastObservedTime}

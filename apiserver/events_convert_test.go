@@ -7,6 +7,7 @@ import (
 	eventsv1 "k8s.io/api/events/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/dump"
 	"sigs.k8s.io/randfill"
 )
@@ -19,20 +20,22 @@ func TestEventConversionRoundTrip(t *testing.T) {
 		func(tm *metav1.Time, c randfill.Continue) { tm.Time = metav1.Now().Rfc3339Copy().Time },
 	)
 	for i := 0; i < 500; i++ {
-		v1 := &eventsv1.Event{}
-		f.Fill(v1)
-		v1.TypeMeta = eventsV1TypeMeta
-		back := eventToV1(eventFromV1(v1))
-		if !apiequality.Semantic.DeepEqual(back, v1) {
-			t.Fatalf("events.k8s.io/v1 -> core -> events.k8s.io/v1 changed the event:\nwant %s\ngot  %s", dump.Pretty(v1), dump.Pretty(back))
-		}
-		core := &corev1.Event{}
-		f.Fill(core)
-		core.TypeMeta = coreEventTypeMeta
-		coreBack := eventFromV1(eventToV1(core))
-		if !apiequality.Semantic.DeepEqual(coreBack, core) {
-			t.Fatalf("core -> events.k8s.io/v1 -> core changed the event:\nwant %s\ngot  %s", dump.Pretty(core), dump.Pretty(coreBack))
-		}
+		v1 := &eventsv1.Event{TypeMeta: eventsV1TypeMeta}
+		roundTrip(t, f, v1, "events.k8s.io/v1 -> core -> events.k8s.io/v1", func(o runtime.Object) runtime.Object { return eventToV1(eventFromV1(o)) })
+		core := &corev1.Event{TypeMeta: coreEventTypeMeta}
+		roundTrip(t, f, core, "core -> events.k8s.io/v1 -> core", func(o runtime.Object) runtime.Object { return eventFromV1(eventToV1(o)) })
+	}
+}
+
+// roundTrip fills obj at random (keeping its TypeMeta) and fails unless
+// there-and-back returns it unchanged.
+func roundTrip(t *testing.T, f *randfill.Filler, obj runtime.Object, what string, thereAndBack func(runtime.Object) runtime.Object) {
+	t.Helper()
+	gvk := obj.GetObjectKind().GroupVersionKind()
+	f.Fill(obj)
+	obj.GetObjectKind().SetGroupVersionKind(gvk)
+	if back := thereAndBack(obj); !apiequality.Semantic.DeepEqual(back, obj) {
+		t.Fatalf("%s changed the event:\nwant %s\ngot  %s", what, dump.Pretty(obj), dump.Pretty(back))
 	}
 }
 

@@ -136,35 +136,37 @@ func copyStatus(dst, src runtime.Object) {
 	}
 }
 
-// keepSpec sets every field of dst but metadata and status to src's: what a
-// status update may not change.
-func keepSpec(dst, src runtime.Object) {
-	d, s := reflect.ValueOf(dst).Elem(), reflect.ValueOf(src).Elem()
-	t := d.Type()
+// specFields calls f with each field of a and b (objects of one kind) but
+// metadata and status, until f returns false.
+func specFields(a, b runtime.Object, f func(x, y reflect.Value) bool) {
+	va, vb := reflect.ValueOf(a).Elem(), reflect.ValueOf(b).Elem()
+	t := va.Type()
 	for i := 0; i < t.NumField(); i++ {
 		switch t.Field(i).Name {
 		case "TypeMeta", "ObjectMeta", "Status":
 			continue
 		}
-		d.Field(i).Set(s.Field(i))
+		if !f(va.Field(i), vb.Field(i)) {
+			return
+		}
 	}
+}
+
+// keepSpec sets every field of dst but metadata and status to src's: what a
+// status update may not change.
+func keepSpec(dst, src runtime.Object) {
+	specFields(dst, src, func(d, s reflect.Value) bool { d.Set(s); return true })
 }
 
 // specChanged reports whether anything but metadata and status differs; that
 // is what bumps metadata.generation.
 func specChanged(obj, old runtime.Object) bool {
-	a, b := reflect.ValueOf(obj).Elem(), reflect.ValueOf(old).Elem()
-	t := a.Type()
-	for i := 0; i < t.NumField(); i++ {
-		switch t.Field(i).Name {
-		case "TypeMeta", "ObjectMeta", "Status":
-			continue
-		}
-		if !apiequality.Semantic.DeepEqual(a.Field(i).Interface(), b.Field(i).Interface()) {
-			return true
-		}
-	}
-	return false
+	changed := false
+	specFields(obj, old, func(a, b reflect.Value) bool {
+		changed = !apiequality.Semantic.DeepEqual(a.Interface(), b.Interface())
+		return !changed
+	})
+	return changed
 }
 
 var (
