@@ -154,7 +154,7 @@ func expectInvalid(t testing.TB, err error, field, msg string) {
 	if st.Code != 422 {
 		t.Fatalf("code %d, want 422", st.Code)
 	}
-	if field != "" && !strings.Contains(strings.Join(causeFields(err), ","), field) {
+	if field != "" && !contains(causeFields(err), field) {
 		t.Errorf("causes %v do not name %s (%v)", causeFields(err), field, err)
 	}
 	if !strings.Contains(err.Error(), msg) {
@@ -229,7 +229,17 @@ func TestServiceAllocationConcurrent(t *testing.T) {
 		expectInvalid(t, err, "spec.clusterIPs", "already allocated")
 		s = nodePortService("wants-taken-port", victim.Spec.Ports[0].NodePort)
 		_, err = ts.client.CoreV1().Services(ns).Create(ctx, s, metav1.CreateOptions{})
-		expectInvalid(t, err, "spec.ports", "already allocated")
+		expectInvalid(t, err, "spec.ports[0].nodePort", "already allocated")
+		// The path names the port that clashes, not the first one.
+		s = nodePortService("wants-taken-second-port", 0, victim.Spec.Ports[0].NodePort)
+		_, err = ts.client.CoreV1().Services(ns).Create(ctx, s, metav1.CreateOptions{})
+		expectInvalid(t, err, "spec.ports[1].nodePort", "provided port is already allocated")
+		s = nodePortService("wants-taken-health-port")
+		s.Spec.Type = corev1.ServiceTypeLoadBalancer
+		s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+		s.Spec.HealthCheckNodePort = victim.Spec.Ports[0].NodePort
+		_, err = ts.client.CoreV1().Services(ns).Create(ctx, s, metav1.CreateOptions{})
+		expectInvalid(t, err, "spec.healthCheckNodePort", "provided port is already allocated")
 		// Out of range values are refused before anything is tried.
 		s = nodePortService("wants-port-out-of-range", 8080)
 		_, err = ts.client.CoreV1().Services(ns).Create(ctx, s, metav1.CreateOptions{})
@@ -237,7 +247,7 @@ func TestServiceAllocationConcurrent(t *testing.T) {
 		if got := etcdRevision(t, ts); got != rev {
 			t.Errorf("refused creates wrote to etcd: revision %d -> %d", rev, got)
 		}
-		for _, name := range []string{"wants-taken-ip", "wants-taken-port", "wants-port-out-of-range"} {
+		for _, name := range []string{"wants-taken-ip", "wants-taken-port", "wants-taken-second-port", "wants-taken-health-port", "wants-port-out-of-range"} {
 			expectNotFound(t, ts, ns, name)
 		}
 		ips, _ := checkServiceClaims(t, ts)
@@ -431,7 +441,7 @@ func TestServiceRangeExhaustion(t *testing.T) {
 		t.Fatalf("dry run: %v", err)
 	}
 	_, err := svcs.Create(ctx, nodePortService("np-clash", 30000), metav1.CreateOptions{})
-	expectInvalid(t, err, "spec.ports", "already allocated")
+	expectInvalid(t, err, "spec.ports[0].nodePort", "already allocated")
 	_, err = svcs.Create(ctx, nodePortService("np-too-many", 0, 0, 0), metav1.CreateOptions{})
 	expectInvalid(t, err, "spec.ports[2].nodePort", "30000-30002 is full")
 	if _, err := svcs.Create(ctx, nodePortService("np-a"), metav1.CreateOptions{}); !apierrors.IsAlreadyExists(err) {
@@ -461,7 +471,7 @@ func TestServiceRangeExhaustion(t *testing.T) {
 	// Full: a clear 422, nothing written.
 	rev = etcdRevision(t, ts)
 	_, err = svcs.Create(ctx, clusterIPService("no-ip-left"), metav1.CreateOptions{})
-	expectInvalid(t, err, "spec.clusterIPs", "range 10.100.0.0/29 is full")
+	expectInvalid(t, err, "spec.clusterIPs[0]", "range 10.100.0.0/29 is full")
 	_, err = svcs.Create(ctx, nodePortService("no-port-left"), metav1.CreateOptions{})
 	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "is full") {
 		t.Fatalf("no port or IP left: got %v, want 422 ... is full", err)
@@ -499,7 +509,7 @@ func TestServiceRangeExhaustion(t *testing.T) {
 		t.Errorf("after restart got %s, want the only free IP %s", got.Spec.ClusterIP, c1.Spec.ClusterIP)
 	}
 	_, err = svcs.Create(ctx, clusterIPService("still-full"), metav1.CreateOptions{})
-	expectInvalid(t, err, "spec.clusterIPs", "is full")
+	expectInvalid(t, err, "spec.clusterIPs[0]", "is full")
 	checkServiceClaims(t, ts)
 }
 

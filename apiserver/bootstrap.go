@@ -136,7 +136,9 @@ func (s *Server) bookmarkLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		for _, r := range s.resources {
-			r.cache.RequestBookmarks(ctx)
+			if r.storedAs == nil {
+				r.cache.RequestBookmarks(ctx)
+			}
 		}
 	}
 }

@@ -2,21 +2,18 @@ package apiserver
 
 import (
 	"net/http"
-	"runtime"
 	"sort"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/version"
+
+	nodenetversion "github.com/nodenet/nodenet/internal/version"
 )
 
 // Version is what /version reports: the Kubernetes API level of the types
-// this server serves (k8s.io/api v0.37).
-var Version = version.Info{
-	Major: "1", Minor: "37", GitVersion: "v1.37.2+nodenet", Platform: runtime.GOOS + "/" + runtime.GOARCH,
-	GoVersion: runtime.Version(), Compiler: runtime.Compiler,
-}
+// this server serves, from internal/version.
+var Version = nodenetversion.Info()
 
 var (
 	verbsAll       = metav1.Verbs{"create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"}

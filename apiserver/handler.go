@@ -81,7 +81,7 @@ func (s *Server) get(w http.ResponseWriter, r *http.Request, req *apiRequest) {
 func (s *Server) getObject(ctx context.Context, req *apiRequest, rv string) (runtime.Object, error) {
 	if rv == "0" {
 		if obj := req.res.cache.Get(req.key()); obj != nil {
-			return obj, nil
+			return req.res.out(obj), nil
 		}
 		return nil, apierrors.NewNotFound(req.gr(), req.name)
 	}
@@ -89,7 +89,7 @@ func (s *Server) getObject(ctx context.Context, req *apiRequest, rv string) (run
 	if err != nil {
 		return nil, s.storageError(req, err)
 	}
-	return obj, nil
+	return req.res.out(obj), nil
 }
 
 func (s *Server) list(w http.ResponseWriter, r *http.Request, req *apiRequest) {
@@ -154,6 +154,9 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, req *apiRequest) {
 		if !sel.empty() {
 			lm.RemainingItemCount = nil
 		}
+	}
+	for i := range items {
+		items[i] = req.res.out(items[i])
 	}
 	if err := meta.SetList(list, items); err != nil {
 		s.fail(w, r, fmt.Errorf("build list: %w", err))
@@ -294,16 +297,16 @@ func (s *Server) claimAndWrite(ctx context.Context, req *apiRequest, obj, old ru
 		var err error
 		claims.Unchanged = guard
 		if old == nil {
-			stored, err = res.store.Create(ctx, req.key(), obj, claims)
+			stored, err = res.store.Create(ctx, req.key(), res.in(obj), claims)
 		} else {
-			stored, err = res.store.Update(ctx, req.key(), oldRev, obj, claims)
+			stored, err = res.store.Update(ctx, req.key(), oldRev, res.in(obj), claims)
 		}
 		if c, ok := storage.IsClaimed(err); ok && res.claims != nil {
 			res.claims.taken(c.Keys)
 			res.claims.abandon(claims, requested, c.Keys)
 			for _, k := range c.Keys {
 				if requested[k] {
-					return nil, apierrors.NewInvalid(res.gvk().GroupKind(), req.name, res.claims.describeTaken(k))
+					return nil, apierrors.NewInvalid(res.gvk().GroupKind(), req.name, res.claims.describeTaken(obj, k))
 				}
 			}
 			if attempt < 16 {
@@ -323,7 +326,7 @@ func (s *Server) claimAndWrite(ctx context.Context, req *apiRequest, obj, old ru
 		if res.claims != nil {
 			res.claims.committed(claims)
 		}
-		return stored, nil
+		return res.out(stored), nil
 	}
 }
 
@@ -372,6 +375,7 @@ func (s *Server) updateObject(ctx context.Context, req *apiRequest, wantRV strin
 		if err != nil {
 			return nil, false, s.storageError(req, err)
 		}
+		cur = res.out(cur)
 		curAcc, _ := meta.Accessor(cur)
 		curRev, _ := strconv.ParseInt(curAcc.GetResourceVersion(), 10, 64)
 		if wantRV != "" && wantRV != curAcc.GetResourceVersion() {
@@ -507,7 +511,17 @@ func (s *Server) delete(w http.ResponseWriter, r *http.Request, req *apiRequest)
 
 // deleteObject deletes at once, or marks the object terminating when it has
 // finalizers or a grace period (pods), or hands a namespace to finalization.
+// It answers with the object in the request's resource's form.
 func (s *Server) deleteObject(ctx context.Context, req *apiRequest, opts *metav1.DeleteOptions) (runtime.Object, error) {
+	obj, err := s.deleteStored(ctx, req, opts)
+	if err != nil {
+		return nil, err
+	}
+	return req.res.out(obj), nil
+}
+
+// deleteStored is deleteObject on stored objects.
+func (s *Server) deleteStored(ctx context.Context, req *apiRequest, opts *metav1.DeleteOptions) (runtime.Object, error) {
 	res := req.res
 	if res.kind == "Namespace" && res.gv == coreV1 && protectedNamespaces[req.name] {
 		return nil, apierrors.NewForbidden(req.gr(), req.name, fmt.Errorf("this namespace may not be deleted"))

@@ -68,8 +68,8 @@ func (f *nsFinalizer) finalize(ctx context.Context, name string) error {
 	zero := int64(0)
 	opts := &metav1.DeleteOptions{GracePeriodSeconds: &zero}
 	for _, r := range f.s.resources {
-		if !r.namespaced {
-			continue
+		if !r.namespaced || r.storedAs != nil {
+			continue // a view's objects go with the resource it serves
 		}
 		res, err := r.store.List(ctx, r.store.NamespacePrefix(name), storage.ListOptions{})
 		if err != nil {

@@ -56,7 +56,9 @@ func (s *Server) parsePath(path string) (*apiRequest, error) {
 	}
 	req.res = byName[parts[0]]
 	if req.res == nil {
-		return nil, apierrors.NewNotFound(schema.GroupResource{Group: gv.Group, Resource: parts[0]}, "")
+		// As kube-apiserver: an unknown resource (also one under
+		// namespaces/<ns>/) is a path it does not serve, not a missing object.
+		return nil, errNoResource()
 	}
 	if len(parts) > 1 {
 		req.name = parts[1]
@@ -65,7 +67,7 @@ func (s *Server) parsePath(path string) (*apiRequest, error) {
 		req.sub = parts[2]
 		ok := (req.sub == "status" && req.res.hasStatus) || (req.sub == "binding" && req.res.kind == "Pod" && req.res.gv == coreV1)
 		if !ok {
-			return nil, apierrors.NewNotFound(schema.GroupResource{Group: gv.Group, Resource: parts[0] + "/" + req.sub}, req.name)
+			return nil, errNoResource()
 		}
 	}
 	return req, nil
@@ -151,7 +153,8 @@ func (s *Server) decodeObject(w http.ResponseWriter, r *http.Request, res *resou
 	return obj, nil
 }
 
-// selector is a parsed labelSelector + fieldSelector.
+// selector is a parsed labelSelector + fieldSelector. It matches stored
+// objects (what caches and etcd lists hold), so a view's fieldSet reads those.
 type selector struct {
 	labels labels.Selector
 	fields fields.Selector
@@ -191,7 +194,7 @@ func (r *resource) supportsField(f string) bool {
 	if r.fieldSet == nil {
 		return false
 	}
-	_, ok := r.fieldSet(r.newObj())[f]
+	_, ok := r.fieldSet(r.stored().newObj())[f]
 	return ok
 }
 

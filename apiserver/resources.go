@@ -59,8 +59,40 @@ type resource struct {
 	// columns, when set, are the kubectl get columns.
 	columns func() []column
 
+	// storedAs, when set, is the resource whose stored objects this one
+	// serves in another shape (events.k8s.io/v1 Events are core/v1 Events):
+	// the two share store and cache, toStored and fromStored convert at the
+	// edges, and fieldSet reads stored objects.
+	storedAs   *resource
+	toStored   func(runtime.Object) runtime.Object
+	fromStored func(runtime.Object) runtime.Object
+
 	store *storage.Store
 	cache *storage.Cache
+}
+
+// in turns an object of this resource into its stored form.
+func (r *resource) in(obj runtime.Object) runtime.Object {
+	if r.toStored == nil {
+		return obj
+	}
+	return r.toStored(obj)
+}
+
+// out turns a stored object into this resource's form.
+func (r *resource) out(obj runtime.Object) runtime.Object {
+	if r.fromStored == nil {
+		return obj
+	}
+	return r.fromStored(obj)
+}
+
+// stored is the resource whose objects are in storage for this one.
+func (r *resource) stored() *resource {
+	if r.storedAs != nil {
+		return r.storedAs
+	}
+	return r
 }
 
 // tracksGeneration: objects with a spec/status split count spec changes in
@@ -112,35 +144,37 @@ func copyStatus(dst, src runtime.Object) {
 	}
 }
 
-// keepSpec sets every field of dst but metadata and status to src's: what a
-// status update may not change.
-func keepSpec(dst, src runtime.Object) {
-	d, s := reflect.ValueOf(dst).Elem(), reflect.ValueOf(src).Elem()
-	t := d.Type()
+// specFields calls f with each field of a and b (objects of one kind) but
+// metadata and status, until f returns false.
+func specFields(a, b runtime.Object, f func(x, y reflect.Value) bool) {
+	va, vb := reflect.ValueOf(a).Elem(), reflect.ValueOf(b).Elem()
+	t := va.Type()
 	for i := 0; i < t.NumField(); i++ {
 		switch t.Field(i).Name {
 		case "TypeMeta", "ObjectMeta", "Status":
 			continue
 		}
-		d.Field(i).Set(s.Field(i))
+		if !f(va.Field(i), vb.Field(i)) {
+			return
+		}
 	}
+}
+
+// keepSpec sets every field of dst but metadata and status to src's: what a
+// status update may not change.
+func keepSpec(dst, src runtime.Object) {
+	specFields(dst, src, func(d, s reflect.Value) bool { d.Set(s); return true })
 }
 
 // specChanged reports whether anything but metadata and status differs; that
 // is what bumps metadata.generation.
 func specChanged(obj, old runtime.Object) bool {
-	a, b := reflect.ValueOf(obj).Elem(), reflect.ValueOf(old).Elem()
-	t := a.Type()
-	for i := 0; i < t.NumField(); i++ {
-		switch t.Field(i).Name {
-		case "TypeMeta", "ObjectMeta", "Status":
-			continue
-		}
-		if !apiequality.Semantic.DeepEqual(a.Field(i).Interface(), b.Field(i).Interface()) {
-			return true
-		}
-	}
-	return false
+	changed := false
+	specFields(obj, old, func(a, b reflect.Value) bool {
+		changed = !apiequality.Semantic.DeepEqual(a.Interface(), b.Interface())
+		return !changed
+	})
+	return changed
 }
 
 var (
@@ -153,6 +187,14 @@ var (
 
 // newResources returns the served resources, in discovery order.
 func newResources(svc claimer) []*resource {
+	coreEvents := &resource{
+		gv: coreV1, plural: "events", singular: "event", kind: "Event", shortNames: []string{"ev"},
+		namespaced: true, createOnUpdate: true,
+		newObj:   func() runtime.Object { return &corev1.Event{} },
+		newList:  func() runtime.Object { return &corev1.EventList{} },
+		validate: typed(validation.CoreEvent), validateUpd: typed2(validation.CoreEventUpdate),
+		fieldSet: coreEventFields,
+	}
 	return append([]*resource{
 		{
 			gv: coreV1, plural: "namespaces", singular: "namespace", kind: "Namespace", shortNames: []string{"ns"},
@@ -217,14 +259,7 @@ func newResources(svc claimer) []*resource {
 			defaults:   typedDefault(defaulting.ConfigMap),
 			validate:   typed(validation.ConfigMap), validateUpd: typed2(validation.ConfigMapUpdate),
 		},
-		{
-			gv: coreV1, plural: "events", singular: "event", kind: "Event", shortNames: []string{"ev"},
-			namespaced: true, createOnUpdate: true,
-			newObj:   func() runtime.Object { return &corev1.Event{} },
-			newList:  func() runtime.Object { return &corev1.EventList{} },
-			validate: typed(validation.CoreEvent), validateUpd: typed2(validation.CoreEventUpdate),
-			fieldSet: coreEventFields,
-		},
+		coreEvents,
 		{
 			gv: discoveryV1, plural: "endpointslices", singular: "endpointslice", kind: "EndpointSlice",
 			namespaced: true,
@@ -246,6 +281,8 @@ func newResources(svc claimer) []*resource {
 			newObj:   func() runtime.Object { return &eventsv1.Event{} },
 			newList:  func() runtime.Object { return &eventsv1.EventList{} },
 			validate: typed(validation.EventsV1Event), validateUpd: typed2(validation.EventsV1EventUpdate),
+			fieldSet: eventsV1Fields,
+			storedAs: coreEvents, toStored: eventFromV1, fromStored: eventToV1,
 		},
 	}, upstreamCompatResources()...)
 }

@@ -95,19 +95,57 @@ func (c *Config) setDefaults() {
 	}
 }
 
+// advertiseIP returns the address written into the kubeconfig and the
+// "kubernetes" Service's endpoints: --advertise-address, or else the bind
+// address (127.0.0.1 when that is unspecified). Like kube-apiserver, it
+// refuses an address pods could never reach as an endpoint, naming the flag
+// to set; a loopback address is allowed (the Service then has no endpoints).
+func (c *Config) advertiseIP() (string, error) {
+	flag, value := "--advertise-address", c.AdvertiseAddress
+	if value == "" {
+		flag, value = "--bind-address", c.BindAddress
+		if c.Listener != nil {
+			flag, value = "the listener's address", c.Listener.Addr().(*net.TCPAddr).IP.String()
+		}
+	}
+	ip := net.ParseIP(value)
+	if ip == nil {
+		return "", fmt.Errorf("%s %q is not an IP address", flag, value)
+	}
+	if c.AdvertiseAddress == "" && ip.IsUnspecified() {
+		return "127.0.0.1", nil
+	}
+	var why string
+	switch {
+	case ip.IsUnspecified():
+		why = "is unspecified"
+	case ip.IsLinkLocalUnicast():
+		why = "is link-local (169.254.0.0/16, fe80::/10)"
+	case ip.IsMulticast():
+		why = "is a multicast address"
+	default:
+		return ip.String(), nil
+	}
+	if flag == "--advertise-address" {
+		return "", fmt.Errorf("--advertise-address %s %s: it cannot be the endpoint of the \"kubernetes\" Service; set --advertise-address to an address of this host that pods can reach", value, why)
+	}
+	return "", fmt.Errorf("%s %s %s and --advertise-address is not set: the address cannot be the endpoint of the \"kubernetes\" Service; set --advertise-address to an address of this host that pods can reach", flag, value, why)
+}
+
 // Server is a running API server.
 type Server struct {
-	cfg       Config
-	log       *slog.Logger
-	resources []*resource
-	byGV      map[schema.GroupVersion]map[string]*resource
-	nsRes     *resource
-	svcRes    *resource
-	services  *serviceAllocator
-	advertise string // host:port
-	metrics   *metrics
-	auth      *tokenAuth
-	authz     authorizer
+	cfg         Config
+	log         *slog.Logger
+	resources   []*resource
+	byGV        map[schema.GroupVersion]map[string]*resource
+	nsRes       *resource
+	svcRes      *resource
+	services    *serviceAllocator
+	advertise   string // host:port
+	advertiseIP string // from advertiseIP(), without the port
+	metrics     *metrics
+	auth        *tokenAuth
+	authz       authorizer
 
 	etcd    *embed.Etcd
 	client  *clientv3.Client
@@ -133,6 +171,13 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("apiserver: a data dir is required")
 	}
+	// Checked before anything starts: an address that cannot be the
+	// "kubernetes" Service's endpoint would otherwise fail bootstrap late,
+	// with an EndpointSlice validation error that names no flag.
+	advertiseIP, err := cfg.advertiseIP()
+	if err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
@@ -144,7 +189,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, services: svcAlloc, metrics: newMetrics(), authz: allowAll{}, done: make(chan struct{})}
+	s := &Server{cfg: cfg, advertiseIP: advertiseIP, log: cfg.Logger, services: svcAlloc, metrics: newMetrics(), authz: allowAll{}, done: make(chan struct{})}
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	defer func() {
@@ -158,9 +203,22 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := svcAlloc.load(ctx, s.client); err != nil {
 		return nil, err
 	}
+	if err := migrateEventsV1(ctx, s.client, cfg.EtcdPrefix, s.log); err != nil {
+		return nil, fmt.Errorf("migrate events.k8s.io events: %w", err)
+	}
 	s.resources = newResources(svcAlloc)
 	s.byGV = map[schema.GroupVersion]map[string]*resource{}
 	for _, r := range s.resources {
+		if s.byGV[r.gv] == nil {
+			s.byGV[r.gv] = map[string]*resource{}
+		}
+		s.byGV[r.gv][r.plural] = r
+		if r.storedAs != nil {
+			// A view is listed after the resource it serves, whose store
+			// and cache it shares.
+			r.store, r.cache = r.storedAs.store, r.storedAs.cache
+			continue
+		}
 		prefix := cfg.EtcdPrefix + "/" + r.plural + "/"
 		if r.gv.Group != "" {
 			prefix = cfg.EtcdPrefix + "/" + r.gv.Group + "/" + r.plural + "/"
@@ -168,10 +226,6 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		r.store = storage.NewStore(s.client, prefix, r.gvk(), r.newObj)
 		r.store.Observe = s.metrics.observeEtcd
 		r.cache = storage.NewCache(r.store, cfg.WatchCacheSize, s.log.With("resource", r.plural))
-		if s.byGV[r.gv] == nil {
-			s.byGV[r.gv] = map[string]*resource{}
-		}
-		s.byGV[r.gv][r.plural] = r
 		switch {
 		case r.kind == "Namespace":
 			s.nsRes = r
@@ -332,10 +386,7 @@ func (s *Server) listen(ctx context.Context) error {
 	if ip := net.ParseIP(local); ip == nil || ip.IsUnspecified() {
 		local = "127.0.0.1"
 	}
-	host := s.cfg.AdvertiseAddress
-	if host == "" {
-		host = local
-	}
+	host := s.advertiseIP
 	s.advertise = net.JoinHostPort(host, strconv.Itoa(port))
 	s.url = "https://" + net.JoinHostPort(local, strconv.Itoa(port))
 	kubeSvcIP := s.services.ranges[s.services.primary].At(1).String()

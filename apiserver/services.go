@@ -38,8 +38,8 @@ type claimer interface {
 	// happen (dry run, refused, or lost to another object), except those in
 	// keep, which another object holds.
 	abandon(c storage.Claims, requested map[string]bool, keep []string)
-	// describeTaken explains why a requested key was refused.
-	describeTaken(key string) field.ErrorList
+	// describeTaken explains why obj's requested key was refused.
+	describeTaken(obj runtime.Object, key string) field.ErrorList
 }
 
 const (
@@ -423,15 +423,26 @@ func (a *serviceAllocator) forget(keys []string) {
 	}
 }
 
-func (a *serviceAllocator) describeTaken(key string) field.ErrorList {
+// describeTaken names the field of obj that holds the value of key, with
+// kube-apiserver's field paths and messages.
+func (a *serviceAllocator) describeTaken(obj runtime.Object, key string) field.ErrorList {
+	svc := obj.(*corev1.Service)
 	if ip, ok := a.ipFromClaim(key); ok {
 		key = serviceIPKeys + ip
 	}
 	if v, ok := strings.CutPrefix(key, serviceIPKeys); ok {
-		return field.ErrorList{field.Invalid(field.NewPath("spec", "clusterIPs"), v, fmt.Sprintf("failed to allocate IP %s: provided IP is already allocated", v))}
+		return field.ErrorList{field.Invalid(field.NewPath("spec", "clusterIPs"), svc.Spec.ClusterIPs, fmt.Sprintf("failed to allocate IP %s: provided IP is already allocated", v))}
 	}
-	v := strings.TrimPrefix(key, nodePortKeys)
-	return field.ErrorList{field.Invalid(field.NewPath("spec", "ports").Key("nodePort"), v, fmt.Sprintf("provided port is already allocated: %s", v))}
+	const taken = "provided port is already allocated"
+	for i, p := range svc.Spec.Ports {
+		if nodePortKey(p.NodePort) == key {
+			return field.ErrorList{field.Invalid(field.NewPath("spec", "ports").Index(i).Child("nodePort"), p.NodePort, taken)}
+		}
+	}
+	if nodePortKey(svc.Spec.HealthCheckNodePort) == key {
+		return field.ErrorList{field.Invalid(field.NewPath("spec", "healthCheckNodePort"), svc.Spec.HealthCheckNodePort, taken)}
+	}
+	return field.ErrorList{field.Invalid(field.NewPath("spec"), strings.TrimPrefix(key, nodePortKeys), taken)}
 }
 
 // dropTypeDependentFields clears, when the type changes, the fields the new

@@ -107,7 +107,8 @@ func TestNodeUpdateStatusKeepsLabels(t *testing.T) {
 // TestPodStatusStrategy: pods/status keeps the client's labels and
 // annotations and its status, but the spec and ownerReferences stay as
 // stored, and an unset qosClass keeps the stored one (kube-apiserver's
-// podStatusStrategy). A pod update, in turn, keeps the stored status.
+// podStatusStrategy); a deletionTimestamp sent with it is ignored. A pod
+// update, in turn, keeps the stored status.
 func TestPodStatusStrategy(t *testing.T) {
 	ts := startServer(t)
 	ctx := ctxT(t)
@@ -128,6 +129,7 @@ func TestPodStatusStrategy(t *testing.T) {
 	p.Labels = map[string]string{"app": "web", "pod-template-hash": "abc"}
 	p.Annotations = map[string]string{"note": "from kubelet"}
 	p.OwnerReferences = nil
+	p.DeletionTimestamp = ptr(metav1.Now()) // only a delete may set it
 	p.Spec.ActiveDeadlineSeconds = ptr(int64(5))
 	p.Status.Phase = corev1.PodRunning
 	p.Status.PodIP = "10.244.0.5"
@@ -146,6 +148,9 @@ func TestPodStatusStrategy(t *testing.T) {
 		}
 		if !reflect.DeepEqual(obj.OwnerReferences, []metav1.OwnerReference{owner}) {
 			t.Errorf("ownerReferences = %v, want the stored %v", obj.OwnerReferences, owner)
+		}
+		if obj.DeletionTimestamp != nil {
+			t.Errorf("deletionTimestamp = %v, want the stored (unset)", obj.DeletionTimestamp)
 		}
 		if obj.Spec.ActiveDeadlineSeconds != nil {
 			t.Errorf("spec.activeDeadlineSeconds = %d, want the stored (unset)", *obj.Spec.ActiveDeadlineSeconds)

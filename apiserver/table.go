@@ -149,7 +149,9 @@ func (s *Server) toTable(res *resource, obj runtime.Object, r *http.Request) *me
 	if _, ok := obj.(*metav1.Status); ok {
 		return nil
 	}
-	cols := columnsFor(res)
+	// A view's rows are those of the stored resource (kube-apiserver prints
+	// events.k8s.io Events as core Events), with the view's objects.
+	cols := columnsFor(res.stored())
 	t := &metav1.Table{TypeMeta: metav1.TypeMeta{Kind: "Table", APIVersion: "meta.k8s.io/v1"}}
 	for _, c := range cols {
 		p := int32(0)
@@ -173,8 +175,9 @@ func (s *Server) toTable(res *resource, obj runtime.Object, r *http.Request) *me
 	withObject := r.URL.Query().Get("includeObject") != "None"
 	for _, it := range items {
 		row := metav1.TableRow{}
+		stored := res.in(it)
 		for _, c := range cols {
-			row.Cells = append(row.Cells, c.cell(it))
+			row.Cells = append(row.Cells, c.cell(stored))
 		}
 		if withObject {
 			row.Object = rowObject(res, it, r.URL.Query().Get("includeObject") == "Object")

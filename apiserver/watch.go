@@ -183,11 +183,17 @@ func (e *watchEncoder) event(ev *storage.Event, sel *selector) error {
 		}
 	}
 	raw := ev.Encoded()
-	if e.table != nil {
-		var err error
-		if raw, err = e.table(ev.Object); err != nil {
-			return err
-		}
+	var err error
+	switch {
+	case e.table != nil:
+		raw, err = e.table(e.res.out(ev.Object))
+	case e.res.fromStored != nil:
+		// A view's objects are converted per watcher; views are rare
+		// (events.k8s.io) and their watchers few.
+		raw, err = json.Marshal(e.res.out(ev.Object))
+	}
+	if err != nil {
+		return fmt.Errorf("encode watch event: %w", err)
 	}
 	if raw == nil {
 		return fmt.Errorf("encode watch event")

@@ -21,6 +21,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
+
+	"github.com/nodenet/nodenet/internal/version"
 )
 
 // Options configure an Agent.
@@ -192,7 +194,7 @@ func (a *Agent) tryUpdateNodeStatus(ctx context.Context) error {
 		ready.LastTransitionTime = now
 		n.Status.Conditions = append(n.Status.Conditions, ready)
 	}
-	n.Status.NodeInfo.KubeletVersion = "v1.33.0-nodenet"
+	n.Status.NodeInfo.KubeletVersion = version.GitVersion
 	n.Status.NodeInfo.OperatingSystem, n.Status.NodeInfo.Architecture = "linux", "amd64"
 	n.Status.Capacity = corev1.ResourceList{corev1.ResourcePods: *resourceQty(110)}
 	n.Status.Allocatable = n.Status.Capacity

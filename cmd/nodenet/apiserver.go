@@ -5,9 +5,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/nodenet/nodenet/apiserver"
+	"github.com/nodenet/nodenet/internal/version"
 )
 
 func runAPIServer(ctx context.Context, args []string) error {
@@ -24,7 +26,7 @@ func runAPIServer(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.EtcdPrefix, "etcd-prefix", "/registry", "etcd key prefix")
 	fs.StringVar(&cfg.BindAddress, "bind-address", "127.0.0.1", "IP to serve HTTPS on")
 	fs.IntVar(&cfg.SecurePort, "secure-port", 6443, "HTTPS port (0 = any free port)")
-	fs.StringVar(&cfg.AdvertiseAddress, "advertise-address", "", "IP clients and the kubernetes Service use to reach this server (default: bind address, or 127.0.0.1)")
+	fs.StringVar(&cfg.AdvertiseAddress, "advertise-address", "", "IP clients and the kubernetes Service use to reach this server (default: the bind address, or 127.0.0.1 when that is unspecified; a link-local, multicast or unspecified address is refused)")
 	fs.IntVar(&cfg.InsecurePort, "insecure-port", 0, "plain-HTTP port on 127.0.0.1 without authentication (0 = off)")
 	fs.Var(&svcRanges, "service-cluster-ip-range", "Service ClusterIP CIDR(s): one, or two of different families for dual-stack (default 10.96.0.0/12)")
 	fs.StringVar(&cfg.ServiceNodePortRange, "service-node-port-range", "30000-32767", "NodePort range")
@@ -56,6 +58,6 @@ func runAPIServer(ctx context.Context, args []string) error {
 }
 
 func runVersion(ctx context.Context, args []string) error {
-	fmt.Printf("nodenet %s (Kubernetes API %s)\n", apiserver.Version.GitVersion, apiserver.Version.GitVersion)
+	fmt.Printf("nodenet %s (Kubernetes API %s, %s %s)\n", version.GitVersion, version.Kubernetes, runtime.Version(), version.Info().Platform)
 	return nil
 }

@@ -2,10 +2,13 @@ package main
 
 import (
 	"fmt"
+	"os"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/nodenet/nodenet/internal/version"
 )
 
 // restConfig loads --kubeconfig, or the in-cluster config when it is empty
@@ -22,6 +25,7 @@ func restConfig(kubeconfig string, qps float32, burst int) (*rest.Config, error)
 		return nil, fmt.Errorf("--kubeconfig %s: %w", kubeconfig, err)
 	}
 	cfg.QPS, cfg.Burst = qps, burst
+	cfg.UserAgent = version.UserAgent(component())
 	return cfg, nil
 }
 
@@ -37,4 +41,15 @@ func nodeClient(kubeconfig string) (kubernetes.Interface, error) {
 		return nil, fmt.Errorf("API client: %w", err)
 	}
 	return c, nil
+}
+
+// component names the running daemon for its user agent: "nodenet-proxy",
+// "nodenet-flanneld", ...
+func component() string {
+	if len(os.Args) > 1 {
+		if _, ok := subcommands()[os.Args[1]]; ok {
+			return "nodenet-" + os.Args[1]
+		}
+	}
+	return "nodenet"
 }

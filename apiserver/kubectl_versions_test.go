@@ -1,0 +1,56 @@
+package apiserver_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/nodenet/nodenet/internal/version"
+)
+
+// TestKubectlEveryVersionSmoke runs every kubectl.1.NN on the image (not
+// only the oldest and newest that TestKubectl exercises in depth) through a
+// few everyday commands, so the client range the README states is tested.
+func TestKubectlEveryVersionSmoke(t *testing.T) {
+	bins := kubectlBinaries(t) // skips, or fails in CI, without the clients
+	all, err := filepath.Glob(filepath.Join(filepath.Dir(bins[kubectlVersions[0]]), "kubectl.1.*"))
+	if err != nil || len(all) < len(kubectlVersions) {
+		t.Fatalf("kubectl.1.* beside %s: %v %v", bins[kubectlVersions[0]], all, err)
+	}
+	sort.Strings(all)
+	ts := startServer(t)
+	for _, bin := range all {
+		minor := strings.TrimPrefix(filepath.Base(bin), "kubectl.")
+		t.Run("v"+minor, func(t *testing.T) {
+			if fi, err := os.Stat(bin); err != nil || fi.Mode().Perm()&0o111 == 0 {
+				t.Fatalf("%s is not executable: %v", bin, err)
+			}
+			k := newKubectl(t, bin, ts.KubeconfigPath())
+			var v struct {
+				ClientVersion struct{ Major, Minor string } `json:"clientVersion"`
+				ServerVersion struct{ GitVersion string }   `json:"serverVersion"`
+			}
+			out, errOut, err := k.run(t, "version", "-o", "json")
+			if err != nil {
+				t.Fatalf("kubectl version: %v\n%s%s", err, out, errOut)
+			}
+			if err := json.Unmarshal([]byte(out), &v); err != nil {
+				t.Fatalf("kubectl version -o json: %v\n%s", err, out)
+			}
+			if got := v.ClientVersion.Major + "." + strings.TrimSuffix(v.ClientVersion.Minor, "+"); got != minor {
+				t.Errorf("%s reports client %s", bin, got)
+			}
+			if v.ServerVersion.GitVersion != version.GitVersion {
+				t.Errorf("server version %q, want %q", v.ServerVersion.GitVersion, version.GitVersion)
+			}
+			t.Logf("kubectl %s version stderr: %q", minor, strings.TrimSpace(errOut))
+			wantContains(t, "kubectl api-resources", k.ok(t, "api-resources"), "endpointslices", "events.k8s.io/v1", "leases")
+			wantContains(t, "kubectl get svc", k.ok(t, "get", "svc", "-n", "default"), "kubernetes", "10.96.0.1")
+			wantContains(t, "kubectl get ns", k.ok(t, "get", "ns"), "kube-system")
+			k.ok(t, "get", "events", "-A")
+		})
+	}
+}
