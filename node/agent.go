@@ -36,6 +36,8 @@ type Options struct {
 	NetnsPrefix string // pod namespaces are <prefix><uid[:8]>
 	Self        string // this binary, run for a container command "nodenet"
 	Heartbeat   time.Duration
+	// Version names this build in status.nodeInfo.containerRuntimeVersion.
+	Version string
 	Logger      *slog.Logger
 }
 
@@ -193,9 +195,7 @@ func (a *Agent) tryUpdateNodeStatus(ctx context.Context) error {
 		n.Status.Conditions = append(n.Status.Conditions, ready)
 	}
 	n.Status.NodeInfo.KubeletVersion = "v1.33.0-nodenet"
-	n.Status.NodeInfo.OperatingSystem, n.Status.NodeInfo.Architecture = "linux", "amd64"
-	n.Status.Capacity = corev1.ResourceList{corev1.ResourcePods: *resourceQty(110)}
-	n.Status.Allocatable = n.Status.Capacity
+	a.setMachineStatus(n)
 	_, err = a.o.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
 	return err
 }

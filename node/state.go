@@ -9,7 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 )
@@ -105,5 +104,3 @@ func (a *Agent) cleanupOrphans(ctx context.Context, store cache.Store, recorded 
 		a.log.Info("CNI GC done", "live", len(keep))
 	}
 }
-
-func resourceQty(n int64) *resource.Quantity { return resource.NewQuantity(n, resource.DecimalSI) }

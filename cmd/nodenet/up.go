@@ -11,6 +11,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/nodenet/nodenet/apiserver"
 	"github.com/nodenet/nodenet/cluster"
 	"github.com/nodenet/nodenet/node"
 )
@@ -183,6 +184,7 @@ func runAgent(ctx context.Context, args []string) error {
 		binDirs = stringList{"/opt/cni/bin"}
 	}
 	o.CNIBinDirs = binDirs
+	o.Version = apiserver.Version.GitVersion
 	var err error
 	if o.Logger, err = logs.logger("agent"); err != nil {
 		return err
