@@ -38,7 +38,7 @@ type Options struct {
 	Heartbeat   time.Duration
 	// Version names this build in status.nodeInfo.containerRuntimeVersion.
 	Version string
-	Logger      *slog.Logger
+	Logger  *slog.Logger
 }
 
 // Agent runs the pods bound to one node.
