@@ -63,7 +63,7 @@ func (s *Server) parsePath(path string) (*apiRequest, error) {
 	}
 	if len(parts) > 2 {
 		req.sub = parts[2]
-		ok := (req.sub == "status" && req.res.hasStatus) || (req.sub == "binding" && req.res.kind == "Pod" && req.res.gv == coreV1)
+		ok := (req.sub == "status" && req.res.hasStatus) || (req.res.kind == "Pod" && req.res.gv == coreV1 && (req.sub == "binding" || podConnectSubs[req.sub]))
 		if !ok {
 			return nil, apierrors.NewNotFound(schema.GroupResource{Group: gv.Group, Resource: parts[0] + "/" + req.sub}, req.name)
 		}

@@ -22,6 +22,9 @@ type sandboxState struct {
 	ContainerID string         `json:"containerID"`
 	IPs         []string       `json:"ips"`
 	PIDs        map[string]int `json:"pids"`
+	// Restarts numbers each container's current run: its log file is
+	// <restarts>.log, the previous run's stays beside it.
+	Restarts map[string]int32 `json:"restarts,omitempty"`
 }
 
 func (a *Agent) saveState(s *sandboxState) error {
