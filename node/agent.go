@@ -48,7 +48,7 @@ type Options struct {
 	KubeletPort    int
 	// ClientCA (PEM) authenticates the API server on the kubelet port.
 	ClientCA []byte
-	Logger  *slog.Logger
+	Logger   *slog.Logger
 }
 
 // Agent runs the pods bound to one node.

@@ -60,12 +60,12 @@ type podWorker struct {
 	a   *Agent
 	uid types.UID
 
-	mu      sync.Mutex
-	latest  *corev1.Pod
-	gone    bool
-	kick    chan struct{}
-	sb      *sandboxState
-	ctrs    map[string]*container
+	mu       sync.Mutex
+	latest   *corev1.Pod
+	gone     bool
+	kick     chan struct{}
+	sb       *sandboxState
+	ctrs     map[string]*container
 	posted   corev1.PodStatus
 	failMsg  string
 	failedAt time.Time
