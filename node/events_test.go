@@ -47,6 +47,18 @@ func TestFailedPodsTimesAndEvents(t *testing.T) {
 	if last == nil || last.ExitCode != 1 || last.Reason != "Error" || last.StartedAt.IsZero() || last.FinishedAt.Before(&last.StartedAt) {
 		t.Errorf("last state %+v", last)
 	}
+	// The previous run's log is kept beside the current one's.
+	logs := func(previous bool) string {
+		out, err := readLogs(ctx, n, "crash", &corev1.PodLogOptions{Previous: previous})
+		if err != nil {
+			t.Fatalf("logs (previous %v): %v", previous, err)
+		}
+		return out
+	}
+	prev, cur := logs(true), logs(false)
+	if !regexp.MustCompile(`^boom \d+\n$`).MatchString(prev) || !regexp.MustCompile(`^boom \d+\n$`).MatchString(cur) || prev == cur {
+		t.Errorf("previous log %q, current %q: want two different runs", prev, cur)
+	}
 	testapi.Eventually(t, 30*time.Second, "BackOff warning", func() bool {
 		evs, err := n.client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("involvedObject.name", "crash").String()})
 		if err != nil {
