@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -24,6 +23,7 @@ import (
 	"github.com/nodenet/nodenet/internal/netnsutil"
 	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/internal/testapi"
+	"github.com/nodenet/nodenet/internal/testbin"
 )
 
 // The privileged tests run the real thing: the nodenet binary's agent as
@@ -34,39 +34,10 @@ import (
 // reaches the agent's kubelet port through its DialNode hook, which dials
 // from inside the namespace. Nothing touches the root namespace's network.
 
-var (
-	buildOnce sync.Once
-	binDir    string
-	buildErr  error
-)
-
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binDir != "" {
-		_ = os.RemoveAll(binDir)
-	}
+	testbin.Remove()
 	os.Exit(code)
-}
-
-// binaries builds nodenet and nodenet-cni once per test binary.
-func binaries(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		if binDir, buildErr = os.MkdirTemp("", "nodenet-node-test-"); buildErr != nil {
-			return
-		}
-		for pkg, out := range map[string]string{"../cmd/nodenet": "nodenet", "../cmd/nodenet-cni": "nodenet-cni"} {
-			cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, out), pkg)
-			if b, err := cmd.CombinedOutput(); err != nil {
-				buildErr = fmt.Errorf("build %s: %w\n%s", pkg, err, b)
-				return
-			}
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binDir
 }
 
 type testNode struct {
@@ -130,7 +101,7 @@ func forwardInto(t *testing.T, ns *nettest.NS, target string) string {
 func startNode(t *testing.T) *testNode {
 	t.Helper()
 	ns := nettest.New(t)
-	bin := binaries(t)
+	bin := testbin.Build(t)
 	srv := testapi.Start(t, func(c *apiserver.Config) { c.DialNode = dialIn(ns) })
 	dir := t.TempDir()
 	n := &testNode{name: "node-a", ns: ns, srv: srv, client: srv.Client, stateDir: filepath.Join(dir, "state")}
