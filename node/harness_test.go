@@ -41,6 +41,11 @@ func TestMain(m *testing.M) {
 }
 
 type testNode struct {
+	agentArgs []string
+	agentLog  *os.File
+	agent     *exec.Cmd
+	exited    chan struct{}
+
 	name     string
 	ns       *nettest.NS
 	srv      *testapi.Server
@@ -136,24 +141,14 @@ func startNode(t *testing.T) *testNode {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(bin, "nodenet"), "agent", "--kubeconfig", agentKC, "--node-name", n.name, "--node-ip", "127.0.0.1",
+	n.agentArgs = []string{filepath.Join(bin, "nodenet"), "agent", "--kubeconfig", agentKC, "--node-name", n.name, "--node-ip", "127.0.0.1",
 		"--cni-conf-dir", filepath.Join(dir, "conf"), "--cni-bin-dir", filepath.Join(dir, "bin"), "--cni-cache-dir", filepath.Join(dir, "cache"),
-		"--state-dir", n.stateDir, "--netns-prefix", prefix, "--node-status-update-frequency", "2s")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := netnsutil.Do(ns.Path(), cmd.Start); err != nil {
-		t.Fatalf("start agent: %v", err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
+		"--state-dir", n.stateDir, "--netns-prefix", prefix, "--node-status-update-frequency", "2s"}
+	n.agentLog = logf
+	n.startAgent(t)
 	t.Cleanup(func() {
 		n.stopPods(t, prefix)
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
+		n.stopAgent(syscall.SIGTERM)
 		logf.Close()
 		// Whatever the agent left behind (it failed) goes too.
 		left, _ := filepath.Glob(filepath.Join(netnsDir, prefix+"*"))
@@ -180,6 +175,29 @@ func startNode(t *testing.T) *testNode {
 		return false
 	})
 	return n
+}
+
+// startAgent starts the agent process inside the node's namespace.
+func (n *testNode) startAgent(t *testing.T) {
+	t.Helper()
+	cmd := exec.Command(n.agentArgs[0], n.agentArgs[1:]...)
+	cmd.Stdout, cmd.Stderr = n.agentLog, n.agentLog
+	if err := netnsutil.Do(n.ns.Path(), cmd.Start); err != nil {
+		t.Fatalf("start agent: %v", err)
+	}
+	n.agent, n.exited = cmd, make(chan struct{})
+	go func(done chan struct{}) { _ = cmd.Wait(); close(done) }(n.exited)
+}
+
+// stopAgent signals the agent and waits (SIGKILL after 15 s).
+func (n *testNode) stopAgent(sig syscall.Signal) {
+	_ = n.agent.Process.Signal(sig)
+	select {
+	case <-n.exited:
+	case <-time.After(15 * time.Second):
+		_ = n.agent.Process.Kill()
+		<-n.exited
+	}
 }
 
 // stopPods deletes every pod and waits for the agent to tear them down.

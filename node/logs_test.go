@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -205,6 +206,38 @@ func TestPodLogsThroughAgent(t *testing.T) {
 	kubectlFollow(t, kubectl, kc)
 	kubectlUnsupported(t, kubectl, kc)
 	agentRefusesStrangers(t, n)
+
+	// The container outlives a killed agent and keeps logging through its
+	// shim; the new agent serves the log on.
+	n.stopAgent(syscall.SIGKILL)
+	n.startAgent(t)
+	last := func() int {
+		out, err := logs(&corev1.PodLogOptions{TailLines: ptr.To[int64](1)})
+		if err != nil || out == "" {
+			return -1
+		}
+		return lineNumbers(t, out)[0]
+	}
+	var before int
+	testapi.Eventually(t, 30*time.Second, "logs from the restarted agent", func() bool { before = last(); return before >= 0 })
+	testapi.Eventually(t, 10*time.Second, "new log lines after the agent restart", func() bool { return last() > before })
+
+	// Deleting the pod stops its container, with the kubelet's event.
+	if err := n.client.CoreV1().Pods("default").Delete(ctx, "echo-1", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](5)}); err != nil {
+		t.Fatal(err)
+	}
+	testapi.Eventually(t, 30*time.Second, "Killing event", func() bool {
+		evs, err := n.client.CoreV1().Events("default").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false
+		}
+		for _, e := range evs.Items {
+			if e.InvolvedObject.Name == "echo-1" && e.Reason == "Killing" && e.Message == "Stopping container main" && e.Source.Component == "kubelet" {
+				return true
+			}
+		}
+		return false
+	})
 }
 
 // kubectlFollow runs kubectl logs -f until it has printed lines written
