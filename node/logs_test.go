@@ -209,6 +209,9 @@ func TestPodLogsThroughAgent(t *testing.T) {
 
 	// The container outlives a killed agent and keeps logging through its
 	// shim; the new agent serves the log on.
+	started := n.waitPod(t, "echo-1", "running", func(p *corev1.Pod) bool {
+		return len(p.Status.ContainerStatuses) == 1 && p.Status.ContainerStatuses[0].State.Running != nil
+	}).Status.ContainerStatuses[0].State.Running.StartedAt
 	n.stopAgent(syscall.SIGKILL)
 	n.startAgent(t)
 	last := func() int {
@@ -221,6 +224,11 @@ func TestPodLogsThroughAgent(t *testing.T) {
 	var before int
 	testapi.Eventually(t, 30*time.Second, "logs from the restarted agent", func() bool { before = last(); return before >= 0 })
 	testapi.Eventually(t, 10*time.Second, "new log lines after the agent restart", func() bool { return last() > before })
+	// The adopted container keeps its start time.
+	time.Sleep(3 * time.Second)
+	if p := n.waitPod(t, "echo-1", "running", func(*corev1.Pod) bool { return true }); !p.Status.ContainerStatuses[0].State.Running.StartedAt.Equal(&started) {
+		t.Errorf("startedAt %v after the agent restart, %v before", p.Status.ContainerStatuses[0].State.Running.StartedAt, started)
+	}
 
 	// Deleting the pod stops its container, with the kubelet's event.
 	if err := n.client.CoreV1().Pods("default").Delete(ctx, "echo-1", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](5)}); err != nil {

@@ -235,7 +235,7 @@ func (w *podWorker) start(ctx context.Context, pod *corev1.Pod) error {
 	if err != nil {
 		return err
 	}
-	sb := &sandboxState{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, Netns: name, ContainerID: id, PIDs: map[string]int{}, Restarts: map[string]int32{}}
+	sb := &sandboxState{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, Netns: name, ContainerID: id, PIDs: map[string]int{}, Restarts: map[string]int32{}, Started: map[string]time.Time{}}
 	success := false
 	defer func() {
 		if !success {
@@ -276,7 +276,11 @@ func (w *podWorker) adopt(pod *corev1.Pod, s *sandboxState) bool {
 	w.mu.Unlock()
 	for _, c := range pod.Spec.Containers {
 		pid := s.PIDs[c.Name]
-		ctr := &container{name: c.Name, pid: pid, startedAt: time.Now(), restarts: s.Restarts[c.Name], done: make(chan struct{})}
+		started := s.Started[c.Name]
+		if started.IsZero() {
+			started = time.Now() // recorded by an agent that did not keep it
+		}
+		ctr := &container{name: c.Name, pid: pid, startedAt: started, restarts: s.Restarts[c.Name], done: make(chan struct{})}
 		if pid == 0 || syscall.Kill(pid, 0) != nil {
 			ctr.exited, ctr.exitCode = true, 137
 		}
@@ -340,10 +344,14 @@ func (w *podWorker) startContainer(pod *corev1.Pod, c corev1.Container) error {
 	w.mu.Lock()
 	w.ctrs[c.Name] = ctr
 	w.sb.PIDs[c.Name] = ctr.pid
+	// A record adopted from an older agent may lack these.
 	if w.sb.Restarts == nil {
 		w.sb.Restarts = map[string]int32{}
 	}
-	w.sb.Restarts[c.Name] = restarts
+	if w.sb.Started == nil {
+		w.sb.Started = map[string]time.Time{}
+	}
+	w.sb.Restarts[c.Name], w.sb.Started[c.Name] = restarts, ctr.startedAt
 	w.mu.Unlock()
 	w.a.event(pod, c.Name, corev1.EventTypeNormal, "Created", "Created container: %s", c.Name)
 	w.a.event(pod, c.Name, corev1.EventTypeNormal, "Started", "Started container %s", c.Name)

@@ -25,6 +25,8 @@ type sandboxState struct {
 	// Restarts numbers each container's current run: its log file is
 	// <restarts>.log, the previous run's stays beside it.
 	Restarts map[string]int32 `json:"restarts,omitempty"`
+	// Started keeps each container's start time for a restarted agent.
+	Started map[string]time.Time `json:"started,omitempty"`
 }
 
 func (a *Agent) saveState(s *sandboxState) error {
