@@ -35,6 +35,7 @@ func (s *Server) resourceList(gv schema.GroupVersion) *metav1.APIResourceList {
 		}
 		if r.kind == "Pod" && gv == coreV1 {
 			list.APIResources = append(list.APIResources, metav1.APIResource{Name: "pods/binding", Namespaced: true, Kind: "Binding", Verbs: metav1.Verbs{"create"}})
+			list.APIResources = append(list.APIResources, metav1.APIResource{Name: "pods/log", Namespaced: true, Kind: "Pod", Verbs: metav1.Verbs{"get"}})
 		}
 	}
 	list.APIResources = append(list.APIResources, reviewResources(gv)...)

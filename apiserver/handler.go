@@ -31,6 +31,10 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	setRequestInfo(r, req)
+	if podConnectSubs[req.sub] {
+		s.servePodConnect(w, r, req)
+		return
+	}
 	q := r.URL.Query()
 	isWatch := req.watchPath || q.Get("watch") == "true" || q.Get("watch") == "1"
 	verb := requestVerb(r.Method, req, isWatch)

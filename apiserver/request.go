@@ -65,7 +65,7 @@ func (s *Server) parsePath(path string) (*apiRequest, error) {
 	}
 	if len(parts) > 2 {
 		req.sub = parts[2]
-		ok := (req.sub == "status" && req.res.hasStatus) || (req.sub == "binding" && req.res.kind == "Pod" && req.res.gv == coreV1)
+		ok := (req.sub == "status" && req.res.hasStatus) || (req.res.kind == "Pod" && req.res.gv == coreV1 && (req.sub == "binding" || podConnectSubs[req.sub]))
 		if !ok {
 			return nil, errNoResource()
 		}

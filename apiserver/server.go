@@ -66,6 +66,10 @@ type Config struct {
 	// BookmarkInterval: how often watchers that allow bookmarks get one.
 	BookmarkInterval time.Duration
 	Logger           *slog.Logger
+	// DialNode opens connections to node agents (pods/log), like
+	// kube-apiserver's egress selector for the "cluster" network; nil
+	// dials directly.
+	DialNode func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 func (c *Config) setDefaults() {
@@ -157,6 +161,7 @@ type Server struct {
 	openapi    openAPIDocs
 	ready      atomic.Bool
 	namespaces *nsFinalizer
+	nodes      nodeConnector // pods/log to node agents (nodeproxy.go)
 	cancel     context.CancelFunc
 	wg         sync.WaitGroup
 	done       chan struct{}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -19,10 +20,11 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
-	"github.com/nodenet/nodenet/internal/version"
+	"github.com/nodenet/nodenet/apiserver/pki"
 )
 
 // Options configure an Agent.
@@ -38,7 +40,13 @@ type Options struct {
 	NetnsPrefix string // pod namespaces are <prefix><uid[:8]>
 	Self        string // this binary, run for a container command "nodenet"
 	Heartbeat   time.Duration
-	Logger      *slog.Logger
+	// KubeletAddress and KubeletPort: where container logs are served
+	// (HTTPS, see server.go); port 0 serves nothing.
+	KubeletAddress string
+	KubeletPort    int
+	// ClientCA (PEM) authenticates the API server on the kubelet port.
+	ClientCA []byte
+	Logger   *slog.Logger
 }
 
 // Agent runs the pods bound to one node.
@@ -46,6 +54,10 @@ type Agent struct {
 	o   Options
 	log *slog.Logger
 	cni *cniRuntime
+	// recorder is set by Run before any pod worker starts.
+	recorder record.EventRecorder
+	// kubelet is the open kubelet port (nil when not served).
+	kubelet *kubeletServer
 
 	mu    sync.Mutex
 	pods  map[types.UID]*podWorker
@@ -77,10 +89,20 @@ func New(o Options) (*Agent, error) {
 // Run registers the node and runs pods until ctx ends. Pods keep running
 // after it returns, as with the kubelet.
 func (a *Agent) Run(ctx context.Context) error {
+	ks, err := a.listenKubelet()
+	if err != nil {
+		return err
+	}
+	a.kubelet = ks
+	if ks != nil {
+		go a.serveKubelet(ctx, ks)
+	}
 	if err := a.register(ctx); err != nil {
 		return err
 	}
 	a.log.Info("node registered", "node", a.o.NodeName, "ip", a.o.NodeIP)
+	stopEvents := a.startEvents(ctx)
+	defer stopEvents()
 	go a.heartbeat(ctx)
 	adopted := a.loadState()
 	factory := informers.NewSharedInformerFactoryWithOptions(a.o.Client, 0, informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
@@ -143,7 +165,7 @@ func (a *Agent) forget(uid types.UID) {
 }
 
 func (a *Agent) register(ctx context.Context) error {
-	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: a.o.NodeName, Labels: map[string]string{
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: a.o.NodeName, Annotations: a.annotations(), Labels: map[string]string{
 		"kubernetes.io/hostname":           a.o.NodeName,
 		"kubernetes.io/os":                 "linux",
 		"topology.kubernetes.io/zone":      a.o.Zone,
@@ -151,7 +173,10 @@ func (a *Agent) register(ctx context.Context) error {
 	}}}
 	for {
 		_, err := a.o.Client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
-		if err == nil || apierrors.IsAlreadyExists(err) {
+		if apierrors.IsAlreadyExists(err) {
+			err = a.publishPin(ctx)
+		}
+		if err == nil {
 			break
 		}
 		a.log.Warn("register node", "err", err)
@@ -194,10 +219,11 @@ func (a *Agent) tryUpdateNodeStatus(ctx context.Context) error {
 		ready.LastTransitionTime = now
 		n.Status.Conditions = append(n.Status.Conditions, ready)
 	}
-	n.Status.NodeInfo.KubeletVersion = version.GitVersion
-	n.Status.NodeInfo.OperatingSystem, n.Status.NodeInfo.Architecture = "linux", "amd64"
-	n.Status.Capacity = corev1.ResourceList{corev1.ResourcePods: *resourceQty(110)}
-	n.Status.Allocatable = n.Status.Capacity
+	a.setMachineStatus(n)
+	n.Status.DaemonEndpoints.KubeletEndpoint.Port = 0
+	if a.kubelet != nil {
+		n.Status.DaemonEndpoints.KubeletEndpoint.Port = int32(a.kubelet.port)
+	}
 	_, err = a.o.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
 	return err
 }
@@ -249,4 +275,26 @@ func (a *Agent) renewLease(ctx context.Context) error {
 // statePath is where a pod's sandbox is recorded.
 func (a *Agent) statePath(uid types.UID) string {
 	return filepath.Join(a.o.StateDir, string(uid)+".json")
+}
+
+// annotations publish the kubelet port's certificate pin (server.go).
+func (a *Agent) annotations() map[string]string {
+	if a.kubelet == nil {
+		return nil
+	}
+	return map[string]string{pki.KubeletServingCertAnnotation: a.kubelet.fingerprint}
+}
+
+// publishPin updates the pin on a node registered before (the serving
+// certificate is re-issued when the node's IP changes); null removes it.
+func (a *Agent) publishPin(ctx context.Context) error {
+	pin := "null"
+	if a.kubelet != nil {
+		pin = strconv.Quote(a.kubelet.fingerprint)
+	}
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%s}}}`, pki.KubeletServingCertAnnotation, pin)
+	if _, err := a.o.Client.CoreV1().Nodes().Patch(ctx, a.o.NodeName, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("publish kubelet certificate pin: %w", err)
+	}
+	return nil
 }

@@ -18,4 +18,19 @@
 //
 // Per-pod state (<state-dir>/<uid>.json) lets a restarted agent adopt the
 // pods still running; at start it calls CNI GC with the live attachments.
+//
+// Containers run through `nodenet logshim`, which writes their output as
+// CRI log lines (<state-dir>/logs/<ns>_<pod>_<uid>/<container>/<run>.log,
+// one file per run so the previous run's log survives a restart) and
+// outlives an agent restart. The agent serves them on the kubelet port
+// (HTTPS, GET /containerLogs/<ns>/<pod>/<container> with the kubelet's
+// query parameters) to the API server only; server.go says how each side
+// authenticates the other. Exited containers restart with the kubelet's
+// crash-loop back-off; container states carry their times, exit codes and
+// last state, and the agent records the kubelet's events (Created,
+// Started, Killing, BackOff and Failed) with source component "kubelet".
+//
+// The Node reports the machine: capacity and allocatable cpu, memory,
+// ephemeral-storage and pods, kernel, OS image, machine and boot IDs, and
+// nodenet://<version> as the container runtime.
 package node

@@ -27,32 +27,48 @@ import (
 const NetnsAnnotation = "nodenet.io/netns"
 
 type container struct {
-	name      string
-	pid       int
-	cmd       *exec.Cmd // nil when adopted from a previous agent
-	startedAt time.Time
-	restarts  int32
-	exited    bool
-	exitCode  int
-	ready     bool
-	fails     int
-	nextProbe time.Time
-	done      chan struct{}
+	name       string
+	pid        int
+	cmd        *exec.Cmd // nil when adopted from a previous agent
+	startedAt  time.Time
+	finishedAt time.Time
+	restarts   int32
+	exited     bool
+	exitCode   int
+	ready      bool
+	fails      int
+	nextProbe  time.Time
+	done       chan struct{}
+	// last is how the previous run ended (status.lastState).
+	last *corev1.ContainerStateTerminated
+	// backoff is the wait before the next restart after a crash, doubled
+	// per crash as the kubelet does (10 s up to 5 min), reset after a run
+	// of 10 minutes.
+	backoff      time.Duration
+	backoffEvent time.Time // when the current back-off was announced
 }
+
+// Crash-loop back-off, the kubelet's numbers.
+const (
+	backoffInitial = 10 * time.Second
+	backoffMax     = 5 * time.Minute
+	backoffReset   = 10 * time.Minute
+)
 
 // podWorker owns one pod: all kernel work for it happens on its goroutine.
 type podWorker struct {
 	a   *Agent
 	uid types.UID
 
-	mu      sync.Mutex
-	latest  *corev1.Pod
-	gone    bool
-	kick    chan struct{}
-	sb      *sandboxState
-	ctrs    map[string]*container
-	posted  corev1.PodStatus
-	failMsg string
+	mu       sync.Mutex
+	latest   *corev1.Pod
+	gone     bool
+	kick     chan struct{}
+	sb       *sandboxState
+	ctrs     map[string]*container
+	posted   corev1.PodStatus
+	failMsg  string
+	failedAt time.Time
 }
 
 func newPodWorker(a *Agent, uid types.UID) *podWorker {
@@ -100,10 +116,12 @@ func (w *podWorker) run(ctx context.Context) {
 		w.mu.Unlock()
 		if gone {
 			w.teardown(context.Background(), pod, 0)
+			w.removeLogs(pod)
 			w.a.forget(w.uid)
 			return
 		}
 		if pod != nil && w.sync(ctx, pod) {
+			w.removeLogs(pod)
 			w.a.forget(w.uid)
 			return
 		}
@@ -146,7 +164,8 @@ func (w *podWorker) sync(ctx context.Context, pod *corev1.Pod) bool {
 			log.Warn("start pod", "err", err)
 			var fatal *podError
 			if errors.As(err, &fatal) {
-				w.failMsg = err.Error()
+				w.failMsg, w.failedAt = err.Error(), time.Now()
+				w.a.event(pod, fatal.container, corev1.EventTypeWarning, "Failed", "Error: %v", err)
 				w.post(ctx, pod, w.failedStatus(pod, fatal.reason, w.failMsg))
 			} else {
 				w.post(ctx, pod, w.pendingStatus(pod, err.Error()))
@@ -166,8 +185,9 @@ func (w *podWorker) sync(ctx context.Context, pod *corev1.Pod) bool {
 
 // podError fails the pod (as opposed to a retryable error).
 type podError struct {
-	reason string
-	err    error
+	reason    string
+	container string
+	err       error
 }
 
 func (e *podError) Error() string { return e.err.Error() }
@@ -176,7 +196,7 @@ func (e *podError) Unwrap() error { return e.err }
 func (w *podWorker) resolve(ctr corev1.Container) ([]string, error) {
 	argv := append(append([]string{}, ctr.Command...), ctr.Args...)
 	if len(argv) == 0 {
-		return nil, &podError{"InvalidCommand", fmt.Errorf("container %q: no command: images are not run, command+args name a host binary", ctr.Name)}
+		return nil, &podError{"InvalidCommand", ctr.Name, fmt.Errorf("container %q: no command: images are not run, command+args name a host binary", ctr.Name)}
 	}
 	if argv[0] == "nodenet" && w.a.o.Self != "" {
 		argv[0] = w.a.o.Self
@@ -184,7 +204,7 @@ func (w *podWorker) resolve(ctr corev1.Container) ([]string, error) {
 	}
 	p, err := exec.LookPath(argv[0])
 	if err != nil {
-		return nil, &podError{"StartError", fmt.Errorf("container %q: command %q not found: %w", ctr.Name, argv[0], err)}
+		return nil, &podError{"StartError", ctr.Name, fmt.Errorf("container %q: command %q not found: %w", ctr.Name, argv[0], err)}
 	}
 	argv[0] = p
 	return argv, nil
@@ -215,7 +235,7 @@ func (w *podWorker) start(ctx context.Context, pod *corev1.Pod) error {
 	if err != nil {
 		return err
 	}
-	sb := &sandboxState{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, Netns: name, ContainerID: id, PIDs: map[string]int{}}
+	sb := &sandboxState{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, Netns: name, ContainerID: id, PIDs: map[string]int{}, Restarts: map[string]int32{}, Started: map[string]time.Time{}}
 	success := false
 	defer func() {
 		if !success {
@@ -231,7 +251,7 @@ func (w *podWorker) start(ctx context.Context, pod *corev1.Pod) error {
 	w.mu.Unlock()
 	for _, c := range pod.Spec.Containers {
 		if err := w.startContainer(pod, c); err != nil {
-			w.killAll(0)
+			w.killAll(nil, 0)
 			w.mu.Lock()
 			w.sb = nil
 			w.mu.Unlock()
@@ -256,7 +276,11 @@ func (w *podWorker) adopt(pod *corev1.Pod, s *sandboxState) bool {
 	w.mu.Unlock()
 	for _, c := range pod.Spec.Containers {
 		pid := s.PIDs[c.Name]
-		ctr := &container{name: c.Name, pid: pid, startedAt: time.Now(), done: make(chan struct{})}
+		started := s.Started[c.Name]
+		if started.IsZero() {
+			started = time.Now() // recorded by an agent that did not keep it
+		}
+		ctr := &container{name: c.Name, pid: pid, startedAt: started, restarts: s.Restarts[c.Name], done: make(chan struct{})}
 		if pid == 0 || syscall.Kill(pid, 0) != nil {
 			ctr.exited, ctr.exitCode = true, 137
 		}
@@ -271,9 +295,28 @@ func (w *podWorker) startContainer(pod *corev1.Pod, c corev1.Container) error {
 	if err != nil {
 		return err
 	}
-	logf, err := os.OpenFile(filepath.Join(w.a.o.StateDir, fmt.Sprintf("%s_%s_%s.log", pod.Namespace, pod.Name, c.Name)), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	prev := w.ctrs[c.Name]
+	restarts := int32(0)
+	if prev != nil {
+		restarts = prev.restarts + 1
+	}
+	logPath := w.a.containerLogPath(pod.Namespace, pod.Name, pod.UID, c.Name, restarts)
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
+		return fmt.Errorf("container %q: create log dir: %w", c.Name, err)
+	}
+	// The shim writes timestamped CRI log lines and outlives this agent,
+	// as containerd's shim does, so a restarted agent adopts the pod with
+	// its logging intact. Without this binary (an agent embedded in
+	// another program) output goes to the file as is, without timestamps.
+	var logf *os.File
+	if w.a.o.Self != "" {
+		argv = append([]string{w.a.o.Self, "logshim", "--log", logPath, "--"}, argv...)
+		logf, err = os.Open(os.DevNull)
+	} else {
+		logf, err = os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	}
 	if err != nil {
-		return err
+		return fmt.Errorf("container %q: open log: %w", c.Name, err)
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf
@@ -291,18 +334,27 @@ func (w *podWorker) startContainer(pod *corev1.Pod, c corev1.Container) error {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := inNetns(filepath.Join(netnsDir, w.sb.Netns), cmd.Start); err != nil {
 		logf.Close()
-		return &podError{"StartError", fmt.Errorf("container %q: start %s: %w", c.Name, argv[0], err)}
+		return &podError{"StartError", c.Name, fmt.Errorf("container %q: start %s: %w", c.Name, argv[0], err)}
 	}
 	logf.Close()
-	prev := w.ctrs[c.Name]
-	ctr := &container{name: c.Name, pid: cmd.Process.Pid, cmd: cmd, startedAt: time.Now(), done: make(chan struct{})}
+	ctr := &container{name: c.Name, pid: cmd.Process.Pid, cmd: cmd, startedAt: time.Now(), restarts: restarts, done: make(chan struct{})}
 	if prev != nil {
-		ctr.restarts = prev.restarts + 1
+		ctr.backoff, ctr.last = prev.backoff, prev.terminated()
 	}
 	w.mu.Lock()
 	w.ctrs[c.Name] = ctr
 	w.sb.PIDs[c.Name] = ctr.pid
+	// A record adopted from an older agent may lack these.
+	if w.sb.Restarts == nil {
+		w.sb.Restarts = map[string]int32{}
+	}
+	if w.sb.Started == nil {
+		w.sb.Started = map[string]time.Time{}
+	}
+	w.sb.Restarts[c.Name], w.sb.Started[c.Name] = restarts, ctr.startedAt
 	w.mu.Unlock()
+	w.a.event(pod, c.Name, corev1.EventTypeNormal, "Created", "Created container: %s", c.Name)
+	w.a.event(pod, c.Name, corev1.EventTypeNormal, "Started", "Started container %s", c.Name)
 	go func() {
 		err := cmd.Wait()
 		code := 0
@@ -314,7 +366,7 @@ func (w *podWorker) startContainer(pod *corev1.Pod, c corev1.Container) error {
 			}
 		}
 		w.mu.Lock()
-		ctr.exited, ctr.exitCode = true, code
+		ctr.exited, ctr.exitCode, ctr.finishedAt = true, code, time.Now()
 		w.mu.Unlock()
 		close(ctr.done)
 		select {
@@ -331,7 +383,7 @@ func (w *podWorker) checkContainers(ctx context.Context, pod *corev1.Pod) {
 		w.mu.Lock()
 		ctr := w.ctrs[c.Name]
 		if ctr != nil && ctr.cmd == nil && !ctr.exited && syscall.Kill(ctr.pid, 0) != nil {
-			ctr.exited, ctr.exitCode = true, 137
+			ctr.exited, ctr.exitCode, ctr.finishedAt = true, 137, time.Now()
 		}
 		exited := ctr != nil && ctr.exited
 		w.mu.Unlock()
@@ -340,11 +392,12 @@ func (w *podWorker) checkContainers(ctx context.Context, pod *corev1.Pod) {
 		}
 		restart := pod.Spec.RestartPolicy == corev1.RestartPolicyAlways || pod.Spec.RestartPolicy == "" ||
 			(pod.Spec.RestartPolicy == corev1.RestartPolicyOnFailure && ctr.exitCode != 0)
-		if !restart || time.Since(ctr.startedAt) < time.Second {
+		if !restart || w.backingOff(pod, ctr) {
 			continue
 		}
 		if err := w.startContainer(pod, c); err != nil {
 			w.a.log.Warn("restart container", "pod", pod.Name, "container", c.Name, "err", err)
+			w.a.event(pod, c.Name, corev1.EventTypeWarning, "Failed", "Error: %v", err)
 		} else {
 			_ = w.a.saveState(w.sb)
 		}
@@ -352,7 +405,7 @@ func (w *podWorker) checkContainers(ctx context.Context, pod *corev1.Pod) {
 }
 
 // killAll stops every container: SIGTERM, then SIGKILL after grace.
-func (w *podWorker) killAll(grace time.Duration) {
+func (w *podWorker) killAll(pod *corev1.Pod, grace time.Duration) {
 	w.mu.Lock()
 	ctrs := make([]*container, 0, len(w.ctrs))
 	for _, c := range w.ctrs {
@@ -371,6 +424,9 @@ func (w *podWorker) killAll(grace time.Duration) {
 		return c.pid > 0 && syscall.Kill(c.pid, 0) == nil
 	}
 	for _, c := range ctrs {
+		if alive(c) && pod != nil {
+			w.a.event(pod, c.name, corev1.EventTypeNormal, "Killing", "Stopping container %s", c.name)
+		}
 		if alive(c) && grace > 0 {
 			_ = syscall.Kill(-c.pid, syscall.SIGTERM)
 			_ = syscall.Kill(c.pid, syscall.SIGTERM)
@@ -400,7 +456,7 @@ func (w *podWorker) teardown(ctx context.Context, pod *corev1.Pod, grace time.Du
 	if sb == nil {
 		return
 	}
-	w.killAll(grace)
+	w.killAll(pod, grace)
 	if pod == nil {
 		pod = &corev1.Pod{}
 		pod.Namespace, pod.Name, pod.UID = sb.Namespace, sb.Name, sb.UID
@@ -415,6 +471,16 @@ func (w *podWorker) teardown(ctx context.Context, pod *corev1.Pod, grace time.Du
 	w.mu.Lock()
 	w.sb = nil
 	w.mu.Unlock()
+}
+
+// removeLogs deletes a deleted pod's logs, as the kubelet does.
+func (w *podWorker) removeLogs(pod *corev1.Pod) {
+	if pod == nil {
+		return
+	}
+	if err := os.RemoveAll(w.a.podLogDir(pod.Namespace, pod.Name, pod.UID)); err != nil {
+		w.a.log.Warn("remove pod logs", "pod", pod.Namespace+"/"+pod.Name, "err", err)
+	}
 }
 
 func randomID() string {

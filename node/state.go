@@ -9,7 +9,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 )
@@ -23,6 +22,11 @@ type sandboxState struct {
 	ContainerID string         `json:"containerID"`
 	IPs         []string       `json:"ips"`
 	PIDs        map[string]int `json:"pids"`
+	// Restarts numbers each container's current run: its log file is
+	// <restarts>.log, the previous run's stays beside it.
+	Restarts map[string]int32 `json:"restarts,omitempty"`
+	// Started keeps each container's start time for a restarted agent.
+	Started map[string]time.Time `json:"started,omitempty"`
 }
 
 func (a *Agent) saveState(s *sandboxState) error {
@@ -105,5 +109,3 @@ func (a *Agent) cleanupOrphans(ctx context.Context, store cache.Store, recorded 
 		a.log.Info("CNI GC done", "live", len(keep))
 	}
 }
-
-func resourceQty(n int64) *resource.Quantity { return resource.NewQuantity(n, resource.DecimalSI) }

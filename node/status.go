@@ -35,17 +35,44 @@ func (w *podWorker) pendingStatus(pod *corev1.Pod, msg string) corev1.PodStatus 
 	st := w.base(pod)
 	st.Phase = corev1.PodPending
 	st.Message = msg
-	st.Conditions = []corev1.PodCondition{condition(corev1.PodScheduled, true, *st.StartTime), condition(corev1.PodReady, false, *st.StartTime)}
+	st.Conditions = w.keepTransitions(pod, []corev1.PodCondition{condition(corev1.PodScheduled, true, *st.StartTime), condition(corev1.PodReady, false, *st.StartTime)})
 	return st
+}
+
+// keepTransitions gives each condition the time its status last changed:
+// the one already posted when the status is the same, else now. (A fixed
+// time would say nothing about when a pod became ready or failed.)
+func (w *podWorker) keepTransitions(pod *corev1.Pod, conds []corev1.PodCondition) []corev1.PodCondition {
+	now := metav1.NewTime(time.Now().Truncate(time.Second))
+	// What this worker posted last is newer than the informer's copy.
+	prev := w.posted.Conditions
+	if len(prev) == 0 {
+		prev = pod.Status.Conditions
+	}
+	for i := range conds {
+		conds[i].LastTransitionTime = now
+		if conds[i].Type == corev1.PodScheduled {
+			conds[i].LastTransitionTime = pod.CreationTimestamp
+		}
+		for _, old := range prev {
+			if old.Type == conds[i].Type && old.Status == conds[i].Status && !old.LastTransitionTime.IsZero() {
+				conds[i].LastTransitionTime = old.LastTransitionTime
+			}
+		}
+	}
+	return conds
 }
 
 func (w *podWorker) failedStatus(pod *corev1.Pod, reason, msg string) corev1.PodStatus {
 	st := w.base(pod)
 	st.Phase, st.Reason, st.Message = corev1.PodFailed, reason, msg
-	st.Conditions = []corev1.PodCondition{condition(corev1.PodScheduled, true, *st.StartTime), condition(corev1.PodReady, false, *st.StartTime)}
+	st.Conditions = w.keepTransitions(pod, []corev1.PodCondition{condition(corev1.PodScheduled, true, *st.StartTime), condition(corev1.PodReady, false, *st.StartTime)})
+	// The containers never ran: they started and finished at the failure,
+	// with the exit code 128 container runtimes use for a failed start.
+	at := metav1.NewTime(w.failedAt)
 	for _, c := range pod.Spec.Containers {
 		st.ContainerStatuses = append(st.ContainerStatuses, corev1.ContainerStatus{Name: c.Name, Image: c.Image,
-			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 128, Reason: reason, Message: msg}}})
+			State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 128, Reason: reason, Message: msg, StartedAt: at, FinishedAt: at}}})
 	}
 	return st
 }
@@ -62,20 +89,29 @@ func (w *podWorker) runningStatus(pod *corev1.Pod) corev1.PodStatus {
 	for _, c := range pod.Spec.Containers {
 		ctr := w.ctrs[c.Name]
 		cs := corev1.ContainerStatus{Name: c.Name, Image: c.Image, ImageID: "host://" + c.Image, ContainerID: "nodenet://" + w.sb.ContainerID[:12] + "-" + c.Name, Started: new(bool)}
+		if ctr != nil {
+			cs.RestartCount = ctr.restarts
+			if ctr.last != nil {
+				cs.LastTerminationState.Terminated = ctr.last
+			}
+		}
 		if ctr == nil {
 			allReady = false
 			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}
+		} else if ctr.inBackOff() {
+			// Between a crash and its restart the kubelet reports the
+			// crash as the last state and the container as waiting.
+			allReady, allDone = false, false
+			cs.LastTerminationState.Terminated = ctr.terminated()
+			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff",
+				Message: fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", ctr.backoff, c.Name, pod.Name, pod.Namespace, pod.UID)}
 		} else if ctr.exited {
 			allReady = false
-			cs.RestartCount = ctr.restarts
-			cs.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: int32(ctr.exitCode), Reason: "Completed", StartedAt: metav1.Time{Time: ctr.startedAt.Truncate(time.Second)}}
-			if ctr.exitCode != 0 {
-				cs.State.Terminated.Reason = "Error"
-				anyFailed = true
-			}
+			cs.State.Terminated = ctr.terminated()
+			cs.State.Terminated.ContainerID = cs.ContainerID
+			anyFailed = anyFailed || ctr.exitCode != 0
 		} else {
 			allDone = false
-			cs.RestartCount = ctr.restarts
 			*cs.Started = true
 			cs.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.Time{Time: ctr.startedAt.Truncate(time.Second)}}
 			cs.Ready = ctr.ready || c.ReadinessProbe == nil
@@ -93,10 +129,27 @@ func (w *podWorker) runningStatus(pod *corev1.Pod) corev1.PodStatus {
 		st.Phase = corev1.PodRunning
 	}
 	t := *st.StartTime
-	st.Conditions = []corev1.PodCondition{
+	st.Conditions = w.keepTransitions(pod, []corev1.PodCondition{
 		condition(corev1.PodScheduled, true, t), condition(corev1.PodInitialized, true, t),
-		condition(corev1.PodReadyToStartContainers, true, t),
+		condition(corev1.PodReadyToStartContainers, st.Phase == corev1.PodRunning, t),
 		condition(corev1.ContainersReady, allReady, t), condition(corev1.PodReady, allReady, t),
+	})
+	if !allReady {
+		var unready []string
+		for _, cs := range st.ContainerStatuses {
+			if !cs.Ready {
+				unready = append(unready, cs.Name)
+			}
+		}
+		for i := range st.Conditions {
+			switch {
+			case st.Phase != corev1.PodRunning && st.Conditions[i].Type != corev1.PodScheduled && st.Conditions[i].Type != corev1.PodInitialized:
+				st.Conditions[i].Reason = "PodCompleted"
+			case st.Conditions[i].Type == corev1.ContainersReady || st.Conditions[i].Type == corev1.PodReady:
+				st.Conditions[i].Reason = "ContainersNotReady"
+				st.Conditions[i].Message = fmt.Sprintf("containers with unready status: %v", unready)
+			}
+		}
 	}
 	return st
 }

@@ -29,6 +29,7 @@ func subcommands() map[string]subcommand {
 		"status":             {"nodes, podCIDRs, pods and services of a local cluster", runStatus},
 		"agent":              {"node agent: registers the node, runs pods through CNI", runAgent},
 		"echo":               {"TCP/UDP/HTTP echo server reporting its pod name (or --client)", runEcho},
+		"logshim":            {"runs one pod container, writing its output as CRI log lines (started by the agent)", runLogShim},
 	}
 }
 

@@ -207,6 +207,9 @@ func runAgent(ctx context.Context, args []string) error {
 	fs.StringVar(&o.StateDir, "state-dir", "/var/lib/nodenet/agent", "per-pod state and container logs")
 	fs.StringVar(&o.NetnsPrefix, "netns-prefix", "nn-pod-", "prefix of pod network namespace names")
 	fs.DurationVar(&o.Heartbeat, "node-status-update-frequency", 10*time.Second, "how often the lease and node status are renewed")
+	fs.StringVar(&o.KubeletAddress, "address", "0.0.0.0", "IP the kubelet port (container logs, HTTPS) listens on")
+	fs.IntVar(&o.KubeletPort, "port", 10250, "the kubelet port (0 = do not serve container logs)")
+	clientCA := fs.String("client-ca-file", "", "CA that signs the API server's kubelet-client certificate (default: the kubeconfig's certificate authority)")
 	logs.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -226,6 +229,9 @@ func runAgent(ctx context.Context, args []string) error {
 		return err
 	}
 	if o.Client, err = nodeClient(kubeconfig); err != nil {
+		return err
+	}
+	if o.ClientCA, err = agentClientCA(kubeconfig, *clientCA); err != nil {
 		return err
 	}
 	a, err := node.New(o)
@@ -262,4 +268,44 @@ func runEcho(ctx context.Context, args []string) error {
 		o.Name, _ = os.Hostname()
 	}
 	return node.RunEcho(ctx, o)
+}
+
+// agentClientCA is the CA the agent checks the API server's client
+// certificate against: --client-ca-file, else the CA the kubeconfig
+// trusts for the API server (the nodenet API server signs both with it).
+func agentClientCA(kubeconfig, file string) ([]byte, error) {
+	if file == "" {
+		cfg, err := restConfig(kubeconfig, 0, 0)
+		if err != nil {
+			return nil, err
+		}
+		if len(cfg.TLSClientConfig.CAData) > 0 {
+			return cfg.TLSClientConfig.CAData, nil
+		}
+		file = cfg.TLSClientConfig.CAFile
+	}
+	if file == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("read client CA: %w", err)
+	}
+	return b, nil
+}
+
+// runLogShim is `nodenet logshim --log FILE -- COMMAND...`: the agent runs
+// each container through it so the container's output is written as
+// timestamped CRI log lines even while the agent restarts.
+func runLogShim(_ context.Context, args []string) error {
+	fs := flag.NewFlagSet("logshim", flag.ContinueOnError)
+	logPath := fs.String("log", "", "CRI-format log file to append to")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *logPath == "" || fs.NArg() == 0 {
+		return errors.New("usage: nodenet logshim --log FILE -- COMMAND [ARG...]")
+	}
+	os.Exit(node.RunLogShim(*logPath, fs.Args()))
+	return nil
 }
