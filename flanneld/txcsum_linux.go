@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -218,33 +217,16 @@ func sendAndRead(pkt, port int, src net.IP) (probeResult, error) {
 // the sockets in it: nothing is mounted, so it never shows in
 // `ip netns list` and needs no cleanup beyond closing what fn opened.
 func inPrivateNetns(fn func() error) error {
-	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := netns.Get()
-		if err != nil {
-			runtime.UnlockOSThread()
-			done <- fmt.Errorf("get current netns: %w", err)
-			return
-		}
-		defer orig.Close()
+	return onSwitchedThread(func() error {
+		// The thread keeps the namespace alive; the handle is not needed.
 		priv, err := netns.New()
 		if err != nil {
-			// unshare failed, so the thread is still where it was.
-			runtime.UnlockOSThread()
-			done <- fmt.Errorf("create private netns: %w", err)
-			return
+			return fmt.Errorf("create private netns: %w", err)
 		}
-		ferr := fn()
-		priv.Close()
-		if err := netns.Set(orig); err != nil {
-			done <- errors.Join(ferr, fmt.Errorf("restore netns (thread retired): %w", err))
-			return // still locked: the runtime retires the thread
-		}
-		runtime.UnlockOSThread()
-		done <- ferr
-	}()
-	return <-done
+		// Once unshared, enter must not fail: the thread is moved.
+		_ = priv.Close()
+		return nil
+	}, fn)
 }
 
 // buildProbeTopology: a veth pair (the "underlay"), a VXLAN device on one
