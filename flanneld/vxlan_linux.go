@@ -34,8 +34,9 @@ type vxlanBackend struct {
 	// csum is whether the devices keep TX checksum offload on
 	// (decideTxChecksum), applied on every creation and adoption;
 	// report publishes a change of mind (metric).
-	csum   txCsumDecision
-	report func(txCsumDecision)
+	csum        txCsumDecision
+	report      func(txCsumDecision)
+	watchFailed bool
 }
 
 type vxlanDev struct {
@@ -351,7 +352,12 @@ func (b *vxlanBackend) Sync(ctx context.Context, peers []Lease) (syncResult, err
 		return res, err
 	}
 	if err := b.watchNAT(); err != nil {
-		b.log.Warn("look for NATed VXLAN flows", "err", err)
+		// Once per run: a kernel without conntrack would say it every sync.
+		level := slog.LevelDebug
+		if !b.watchFailed {
+			level, b.watchFailed = slog.LevelWarn, true
+		}
+		b.log.Log(ctx, level, "look for NATed VXLAN flows", "err", err)
 	}
 	var want []wantRoute
 	neigh := map[*vxlanDev][]routes.Neigh{}
