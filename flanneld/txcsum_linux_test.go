@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -101,12 +102,17 @@ func netnsList(t *testing.T) string {
 }
 
 // TestVXLANTxChecksumModes runs a two-node vxlan cluster per mode and
-// checks the device state each mode promises, then the path that made the
-// workaround necessary: Service traffic DNATed on node 1 to the pod on
-// node 2, with the outer VXLAN packets masqueraded --random-fully as
-// kube-proxy before 1.19 did (the bug's trigger). TCP and UDP to a
-// ClusterIP from the node itself and from a pod, and TCP to a NodePort
-// from outside, must all be answered at once in every mode.
+// checks the device state and metric each mode promises, then the path
+// that made the workaround necessary: Service traffic DNATed on node 1 to
+// the pod on node 2 (TCP and UDP to a ClusterIP from the node itself and
+// from a pod, TCP to a NodePort from outside). Without NAT of the VXLAN
+// packets (nodenet's proxy never does it) it must work in every mode and
+// auto must keep offload on. Then node 1 masquerades its outer VXLAN
+// packets --random-fully, as kube-proxy before 1.19 did (the bug's
+// trigger): off must keep working, auto must notice and turn offload off
+// and then work, and on, on a kernel the self-test finds corrupting, must
+// lose the traffic with bad checksums counted on node 2 (the control that
+// the topology shows the bug at all).
 func TestVXLANTxChecksumModes(t *testing.T) {
 	nettest.RequirePrivileged(t)
 	nettest.RequireSysfs(t, "/sys/module/vxlan")
@@ -121,6 +127,13 @@ func TestVXLANTxChecksumModes(t *testing.T) {
 			c := newTestCluster(t, api, fmt.Sprintf(`{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan","TxChecksumOffload":%q}}`, mode), 2)
 			c.lan.MustExec(t, "ip", "addr", "add", "192.168.50.1/24", "dev", "br0")
 			for _, nd := range c.nodes {
+				// A veth hands pending checksums to the peer, which trusts
+				// them: corrupt ones would never be noticed. Without offload
+				// on eth0 the stack completes them, as a NIC does, and the
+				// receiving node verifies them, as on a real network.
+				if _, err := txChecksum(Netns(nd.ns.Name()), "eth0", true, false); err != nil {
+					t.Fatal(err)
+				}
 				c.start(nd)
 				c.wirePod(nd)
 			}
@@ -133,12 +146,22 @@ func TestVXLANTxChecksumModes(t *testing.T) {
 				// nodenet's own NAT never touches the outer packets.
 				checkTxCsum(t, c, mode, true)
 			}
-			if mode == TxChecksumOn {
-				return // on + outer NAT is the broken setup auto and off exist for
-			}
 			t.Run("outer-nat", func(t *testing.T) {
 				n1.ns.MustExec(t, "nft", "add table ip outer-nat { chain post { type nat hook postrouting priority srcnat; policy accept; "+
 					fmt.Sprintf("udp dport %d masquerade fully-random; }; }", DefaultVXLANPort))
+				if mode == TxChecksumOn && corrupts {
+					// The bug itself, as the issue reports it: on this kernel
+					// on + NAT of the VXLAN packets loses Service traffic,
+					// and the receiving node counts bad UDP checksums.
+					before := udpInCsumErrors(t, n2)
+					if err := echoOnce(n1.pod, "tcp", "10.96.0.10:80", "lost"); err == nil {
+						t.Fatal("on + outer NAT on a kernel that corrupts: traffic got through")
+					}
+					if after := udpInCsumErrors(t, n2); after <= before {
+						t.Fatalf("UdpInCsumErrors on %s %d -> %d, want more", n2.name, before, after)
+					}
+					return
+				}
 				if mode == TxChecksumAuto && corrupts {
 					testapi.Eventually(t, 30*time.Second, "auto reacts to the NATed VXLAN flow", func() bool {
 						_ = echoOnce(n1.pod, "udp", "10.96.0.10:53", "poke") // makes the flow; may be lost
@@ -156,6 +179,29 @@ func TestVXLANTxChecksumModes(t *testing.T) {
 			})
 		})
 	}
+}
+
+// udpInCsumErrors is nd's Udp InCsumErrors counter (/proc/net/snmp).
+func udpInCsumErrors(t *testing.T, nd *testNode) int {
+	t.Helper()
+	lines := strings.Split(string(nd.ns.MustExec(t, "cat", "/proc/net/snmp")), "\n")
+	for i := 0; i+1 < len(lines); i++ {
+		if !strings.HasPrefix(lines[i], "Udp:") || !strings.HasPrefix(lines[i+1], "Udp:") {
+			continue
+		}
+		names, vals := strings.Fields(lines[i]), strings.Fields(lines[i+1])
+		for j, n := range names {
+			if n == "InCsumErrors" && j < len(vals) {
+				v, err := strconv.Atoi(vals[j])
+				if err != nil {
+					t.Fatal(err)
+				}
+				return v
+			}
+		}
+	}
+	t.Fatal("no Udp InCsumErrors in /proc/net/snmp")
+	return 0
 }
 
 // checkTxCsum checks the metric on every node and the devices' state.
