@@ -73,7 +73,7 @@ import (
 type txCsumDecision struct {
 	Mode string // configured: auto, on, off
 	On   bool
-	By   string // config, self-test, nat-detected
+	By   string // config, self-test, self-test-failed, nat-detected
 	Why  string
 	// Watch: keep looking for NATed VXLAN flows, and turn offload off
 	// on the first (the kernel corrupts, or could not be tested).
@@ -93,7 +93,7 @@ func decideTxChecksum(ctx context.Context, mode string, port int, log *slog.Logg
 	res, err := probeNATChecksum(ctx, port)
 	log.Debug("vxlan checksum self-test", "took", time.Since(start), "err", err)
 	if err != nil {
-		return txCsumDecision{Mode: mode, On: true, By: "self-test", Watch: true,
+		return txCsumDecision{Mode: mode, On: true, By: "self-test-failed", Watch: true,
 			Why: fmt.Sprintf("self-test could not run (%v); on until a NATed VXLAN flow shows up in conntrack", err)}
 	}
 	if res.broken {
@@ -425,6 +425,6 @@ func htons(v uint16) uint16 { return v<<8 | v>>8 }
 // the configured mode and what decided it.
 func newTxCsumGauge() *prometheus.GaugeVec {
 	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "nodenet", Subsystem: "flanneld", Name: "vxlan_tx_checksum_offload",
-		Help: "1 if TX checksum offload is on on the vxlan devices, 0 if turned off; mode is the setting (auto, on, off), decided_by what chose (config, self-test, nat-detected)."},
+		Help: "1 if TX checksum offload is on on the vxlan devices, 0 if turned off; mode is the setting (auto, on, off), decided_by what chose (config, self-test, self-test-failed, nat-detected)."},
 		[]string{"mode", "decided_by"})
 }
