@@ -80,8 +80,11 @@ func BenchmarkFlanneldThroughput(b *testing.B) {
 	}
 	nettest.RequireTool(b, "iperf3")
 	var limit *tputResult
-	for _, v := range []struct{ name, backend string }{
-		{"veth", ""}, {"host-gw", "host-gw"}, {"vxlan", "vxlan"},
+	// vxlan runs once per TX checksum offload setting: off (what nodenet
+	// did before issue 19), on (upstream's) and auto (the default).
+	for _, v := range []struct{ name, backend, txCsum string }{
+		{"veth", "", ""}, {"host-gw", "host-gw", ""},
+		{"vxlan-off", "vxlan", "off"}, {"vxlan-on", "vxlan", "on"}, {"vxlan-auto", "vxlan", "auto"},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			if v.backend != "" {
@@ -89,10 +92,11 @@ func BenchmarkFlanneldThroughput(b *testing.B) {
 			}
 			if v.backend == "vxlan" {
 				nettest.RequireSysfs(b, "/sys/module/vxlan")
+				nettest.RequireTool(b, "nft") // auto's self-test
 			}
 			var res tputResult
 			for i := 0; i < b.N; i++ {
-				res = runThroughput(b, v.backend)
+				res = runThroughput(b, v.backend, v.txCsum)
 			}
 			b.Logf("%s: %v", v.name, res)
 			b.ReportMetric(0, "ns/op")
@@ -118,7 +122,7 @@ func BenchmarkFlanneldThroughput(b *testing.B) {
 
 // runThroughput builds the variant's topology, measures it and leaves the
 // teardown to b.Cleanup (processes and daemons before namespaces).
-func runThroughput(b *testing.B, backend string) tputResult {
+func runThroughput(b *testing.B, backend, txCsum string) tputResult {
 	b.StopTimer()
 	tputCheckTeardown(b)
 	var client, server *nettest.NS
@@ -128,7 +132,7 @@ func runThroughput(b *testing.B, backend string) tputResult {
 		dst = netip.MustParseAddr("10.244.0.3")
 		nettest.Link(b, client, "eth0", "10.244.0.2/24", server, "eth0", dst.String()+"/24")
 	} else {
-		client, server, dst = tputCluster(b, backend)
+		client, server, dst = tputCluster(b, backend, txCsum)
 	}
 	rr := tputEchoServer(b, server, dst)
 	b.StartTimer()
@@ -164,13 +168,18 @@ func tputCheckTeardown(b *testing.B) {
 }
 
 // tputCluster is TestMultiNode's layout with two nodes; it returns the pod
-// on node 1, the pod on node 2 and the latter's IP.
-func tputCluster(b *testing.B, backend string) (*nettest.NS, *nettest.NS, netip.Addr) {
+// on node 1, the pod on node 2 and the latter's IP. txCsum, if set, is the
+// vxlan Backend.TxChecksumOffload.
+func tputCluster(b *testing.B, backend, txCsum string) (*nettest.NS, *nettest.NS, netip.Addr) {
 	api := testapi.Start(b)
 	tputStartIPAM(b, api, "10.244.0.0/16")
 	dir := b.TempDir()
 	conf := filepath.Join(dir, "net-conf.json")
-	if err := os.WriteFile(conf, fmt.Appendf(nil, `{"Network":"10.244.0.0/16","Backend":{"Type":%q}}`, backend), 0o644); err != nil {
+	extra := ""
+	if txCsum != "" {
+		extra = fmt.Sprintf(`,"TxChecksumOffload":%q`, txCsum)
+	}
+	if err := os.WriteFile(conf, fmt.Appendf(nil, `{"Network":"10.244.0.0/16","Backend":{"Type":%q%s}}`, backend, extra), 0o644); err != nil {
 		b.Fatal(err)
 	}
 	lan := tputNS(b)

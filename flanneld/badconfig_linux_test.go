@@ -78,6 +78,7 @@ func TestBadConfigTouchesNothing(t *testing.T) {
 		tc{"bad cni template", good, func(o *Options) { o.InstallCNIConf, o.CNIConfTemplate = "x", "{{.Nope" }, "parse CNI conf template"},
 		tc{"v6 public ip as v4", good, func(o *Options) { o.Iface.PublicIP = netip.MustParseAddr("fd00::1") }, "--public-ip fd00::1"},
 		tc{"no node name", good, func(o *Options) { o.NodeName = "" }, "node name is required"},
+		tc{"bad tx checksum flag", good, func(o *Options) { o.VXLANTxChecksumOffload = "maybe" }, `--vxlan-tx-checksum-offload "maybe": want auto, on or off`},
 	)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -58,6 +58,35 @@ type BackendConfig struct {
 	// MTU of the vxlan device; 0 = the external interface's minus the
 	// encapsulation overhead.
 	MTU int
+	// TxChecksumOffload is what to do with the vxlan devices' TX checksum
+	// offload: TxChecksumAuto (the default), TxChecksumOn or
+	// TxChecksumOff; see txcsum_linux.go.
+	TxChecksumOffload string
+}
+
+// Values of Backend.TxChecksumOffload (and --vxlan-tx-checksum-offload).
+const (
+	// TxChecksumAuto keeps offload on unless a self-test at start shows
+	// this kernel's NAT corrupts VXLAN checksums with it.
+	TxChecksumAuto = "auto"
+	// TxChecksumOn leaves the kernel's default (on) alone, as upstream
+	// flanneld does.
+	TxChecksumOn = "on"
+	// TxChecksumOff always turns it off: flannel's documented workaround,
+	// and what nodenet did unconditionally before.
+	TxChecksumOff = "off"
+)
+
+// ParseTxChecksumOffload validates a TxChecksumOffload value; "" is the
+// default, auto.
+func ParseTxChecksumOffload(s string) (string, error) {
+	switch v := strings.ToLower(strings.TrimSpace(s)); v {
+	case "":
+		return TxChecksumAuto, nil
+	case TxChecksumAuto, TxChecksumOn, TxChecksumOff:
+		return v, nil
+	}
+	return "", fmt.Errorf("%q: want auto, on or off", s)
 }
 
 // ConfigError names the net-conf.json field that is wrong.
@@ -106,6 +135,9 @@ type rawBackend struct {
 	Port          int
 	DirectRouting bool
 	MTU           int
+	// TxChecksumOffload is a nodenet extension, named in upstream's
+	// style; upstream flanneld ignores unknown backend keys.
+	TxChecksumOffload string
 }
 
 var knownKeys = []string{"Network", "IPv6Network", "Networks", "IPv6Networks", "EnableIPv4", "EnableIPv6",
@@ -265,7 +297,7 @@ func (f family) bound(field, s string, nw netip.Prefix, subnetLen int) (netip.Ad
 func parseBackend(raw json.RawMessage) (BackendConfig, error) {
 	b := BackendConfig{Type: BackendVXLAN}
 	if len(raw) == 0 || string(raw) == "null" {
-		b.VNI, b.Port = DefaultVNI, DefaultVXLANPort
+		b.VNI, b.Port, b.TxChecksumOffload = DefaultVNI, DefaultVXLANPort, TxChecksumAuto
 		return b, nil
 	}
 	var rb rawBackend
@@ -299,8 +331,15 @@ func parseBackend(raw json.RawMessage) (BackendConfig, error) {
 	if b.MTU != 0 && (b.MTU < 576 || b.MTU > 65535) {
 		return b, cfgErr("Backend.MTU", "%d is outside 576..65535", b.MTU)
 	}
-	if b.Type == BackendHostGW && (rb.VNI != 0 || rb.Port != 0 || rb.DirectRouting) {
-		return b, cfgErr("Backend", "VNI, Port and DirectRouting are vxlan settings; Type is host-gw")
+	if b.Type == BackendHostGW && (rb.VNI != 0 || rb.Port != 0 || rb.DirectRouting || rb.TxChecksumOffload != "") {
+		return b, cfgErr("Backend", "VNI, Port, DirectRouting and TxChecksumOffload are vxlan settings; Type is host-gw")
+	}
+	if b.Type == BackendVXLAN {
+		v, err := ParseTxChecksumOffload(rb.TxChecksumOffload)
+		if err != nil {
+			return b, cfgErr("Backend.TxChecksumOffload", "%v", err)
+		}
+		b.TxChecksumOffload = v
 	}
 	return b, nil
 }

@@ -1,6 +1,7 @@
 package flanneld
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -11,7 +12,7 @@ func TestParseConfigDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !c.EnableIPv4 || c.EnableIPv6 || c.SubnetLen != 24 || c.Backend.VNI != 1 || c.Backend.Port != 8472 {
+	if !c.EnableIPv4 || c.EnableIPv6 || c.SubnetLen != 24 || c.Backend.VNI != 1 || c.Backend.Port != 8472 || c.Backend.TxChecksumOffload != TxChecksumAuto {
 		t.Fatalf("defaults: %+v", c)
 	}
 	if c.SubnetMin != netip.MustParseAddr("10.244.1.0") || c.SubnetMax != netip.MustParseAddr("10.244.255.0") {
@@ -26,8 +27,14 @@ func TestParseConfigDefaults(t *testing.T) {
 		t.Fatalf("v6: %v %+v", err, c)
 	}
 	c, err = ParseConfig([]byte(`{"Network":"10.244.0.0/16","EnableNFTables":true}`))
-	if err != nil || c.Backend.Type != BackendVXLAN || !c.EnableNFTables {
+	if err != nil || c.Backend.Type != BackendVXLAN || !c.EnableNFTables || c.Backend.TxChecksumOffload != TxChecksumAuto {
 		t.Fatalf("no backend: %v %+v", err, c)
+	}
+	for in, want := range map[string]string{"on": TxChecksumOn, "Off": TxChecksumOff, "auto": TxChecksumAuto} {
+		c, err = ParseConfig(fmt.Appendf(nil, `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan","TxChecksumOffload":%q}}`, in))
+		if err != nil || c.Backend.TxChecksumOffload != want {
+			t.Fatalf("TxChecksumOffload %q: %v %+v", in, err, c)
+		}
 	}
 }
 
@@ -54,6 +61,9 @@ var badConfigs = []struct {
 	{"port range", `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan","Port":70000}}`, "Backend.Port", "outside"},
 	{"mtu range", `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan","MTU":100}}`, "Backend.MTU", "outside"},
 	{"vxlan keys on host-gw", `{"Network":"10.244.0.0/16","Backend":{"Type":"host-gw","VNI":2}}`, "Backend", "vxlan settings"},
+	{"tx checksum on host-gw", `{"Network":"10.244.0.0/16","Backend":{"Type":"host-gw","TxChecksumOffload":"off"}}`, "Backend", "vxlan settings"},
+	{"tx checksum value", `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan","TxChecksumOffload":"disabled"}}`, "Backend.TxChecksumOffload", "want auto, on or off"},
+	{"tx checksum type", `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan","TxChecksumOffload":false}}`, "Backend.TxChecksumOffload", "want string"},
 	{"no family", `{"EnableIPv4":false,"Backend":{"Type":"vxlan"}}`, "EnableIPv4", "no IP family"},
 	{"v6 without enable", `{"Network":"10.244.0.0/16","IPv6Network":"fd00::/56"}`, "IPv6Network", "EnableIPv6"},
 	{"v6 network missing", `{"Network":"10.244.0.0/16","EnableIPv6":true}`, "IPv6Network", "required"},

@@ -14,6 +14,7 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/kubernetes"
 
@@ -44,6 +45,9 @@ type Options struct {
 	// from CNIConfTemplate (default DefaultCNIConfTemplate).
 	InstallCNIConf  string
 	CNIConfTemplate string
+	// VXLANTxChecksumOffload overrides net-conf.json's
+	// Backend.TxChecksumOffload on this node (auto, on, off; "" = keep).
+	VXLANTxChecksumOffload string
 	// SetNodeNetworkUnavailable sets NodeNetworkUnavailable=False once up.
 	SetNodeNetworkUnavailable bool
 	// ResyncPeriod bounds how long a drifted route goes unnoticed;
@@ -60,6 +64,7 @@ type Daemon struct {
 	cniTmpl *template.Template
 	log     *slog.Logger
 	m       *metrics
+	txCsum  *prometheus.GaugeVec
 	sync    *runner
 
 	mu     sync.Mutex
@@ -110,9 +115,19 @@ func New(opts Options) (*Daemon, error) {
 	if opts.Iface.PublicIPv6.IsValid() && !opts.Iface.PublicIPv6.Is6() {
 		return nil, fmt.Errorf("--public-ipv6 %s: not an IPv6 address", opts.Iface.PublicIPv6)
 	}
+	if opts.VXLANTxChecksumOffload != "" {
+		v, err := ParseTxChecksumOffload(opts.VXLANTxChecksumOffload)
+		if err != nil {
+			return nil, fmt.Errorf("--vxlan-tx-checksum-offload %w", err)
+		}
+		if cfg.Backend.Type == BackendVXLAN {
+			cfg.Backend.TxChecksumOffload = v
+		}
+	}
 	opts.Iface.IPv4, opts.Iface.IPv6 = cfg.EnableIPv4, cfg.EnableIPv6
-	d := &Daemon{opts: opts, cfg: cfg, log: opts.Logger, m: newMetrics(), status: "starting",
+	d := &Daemon{opts: opts, cfg: cfg, log: opts.Logger, m: newMetrics(), txCsum: newTxCsumGauge(), status: "starting",
 		sync: newRunner(opts.MinSyncPeriod, opts.ResyncPeriod)}
+	d.m.reg.MustRegister(d.txCsum)
 	if opts.InstallCNIConf != "" {
 		if d.cniTmpl, err = parseCNITemplate(opts.CNIConfTemplate); err != nil {
 			return nil, err
@@ -224,7 +239,7 @@ func (d *Daemon) run(ctx context.Context) error {
 	}
 	d.log.Info("external interface", "iface", ext.Name, "ip", ext.IP, "publicIP", ext.PublicIP, "publicIPv6", ext.PublicIPv6, "mtu", ext.MTU)
 
-	be, err := d.newBackend(ext)
+	be, err := d.newBackend(ctx, ext)
 	if err != nil {
 		return err
 	}
@@ -314,14 +329,21 @@ func (d *Daemon) subnetManager() subnetManager {
 	return newKubeManager(d.opts.Client, d.opts.NodeName, d.cfg, d.sync.Nudge, d.log)
 }
 
-func (d *Daemon) newBackend(ext *ExtIface) (backend, error) {
+func (d *Daemon) newBackend(ctx context.Context, ext *ExtIface) (backend, error) {
 	switch d.cfg.Backend.Type {
 	case BackendHostGW:
 		return newHostGW(d.opts.Netns, d.cfg, ext, d.log)
 	case BackendVXLAN:
-		return newVXLAN(d.opts.Netns, d.cfg, ext, d.log)
+		dec := decideTxChecksum(ctx, d.cfg.Backend.TxChecksumOffload, d.cfg.Backend.Port, d.log)
+		return newVXLAN(d.opts.Netns, d.cfg, ext, dec, d.reportTxChecksum, d.log)
 	}
 	return nil, fmt.Errorf("backend %q", d.cfg.Backend.Type)
+}
+
+func (d *Daemon) reportTxChecksum(dec txCsumDecision) {
+	d.txCsum.Reset()
+	d.txCsum.WithLabelValues(dec.Mode, dec.By).Set(map[bool]float64{true: 1}[dec.On])
+	d.log.Info("vxlan tx checksum offload", "on", dec.On, "mode", dec.Mode, "decidedBy", dec.By, "reason", dec.Why)
 }
 
 // masquerader returns the chosen backend (nil without --ip-masq) after

@@ -14,7 +14,13 @@
 //     subnet itself through coordination.k8s.io Leases named after the
 //     subnet, so the API server's create is the atomic claim.
 //   - a backend (hostgw_linux.go, vxlan_linux.go) that turns the peers'
-//     leases into routes, neighbours and FDB entries through routes/.
+//     leases into routes, neighbours and FDB entries through routes/. The
+//     vxlan devices' TX checksum offload follows Backend.TxChecksumOffload
+//     (or --vxlan-tx-checksum-offload): on as upstream, off as flannel's
+//     documented workaround, or auto, the default, which keeps it on unless
+//     a start-up self-test in a private namespace shows this kernel
+//     corrupts NATed VXLAN checksums and the node is then seen NATing its
+//     VXLAN packets (txcsum_linux.go says why and what it costs).
 //   - ip-masq rules (masq*.go) in iptables or nftables, in chains/tables of
 //     our own.
 //   - subnet.env (flanneld/subnetenv), then the CNI conflist (cniconf.go),

@@ -155,8 +155,9 @@ func checkVXLANDevice(t *testing.T, nd *testNode) {
 	if v.VxlanId != 1 || v.Port != 8472 || v.Learning || v.MTU != 1450 || v.SrcAddr.String() != nd.ip.String() {
 		t.Fatalf("flannel.1: vni %d port %d learning %v mtu %d local %s", v.VxlanId, v.Port, v.Learning, v.MTU, v.SrcAddr)
 	}
-	if on, err := txChecksum(Netns(nd.ns.Name()), "flannel.1", false, false); err != nil || on {
-		t.Fatalf("tx checksum offload on=%v (%v), want off", on, err)
+	want, _, _ := txCsumMetric(t, nd.d)
+	if on, err := txChecksum(Netns(nd.ns.Name()), "flannel.1", false, false); err != nil || on != want {
+		t.Fatalf("tx checksum offload on=%v (%v), want %v as decided", on, err, want)
 	}
 	addrs, _ := nd.ns.Handle().AddrList(l, netlink.FAMILY_V4)
 	sn := nd.d.cfg // keep vet quiet about unused
@@ -378,8 +379,9 @@ func testMACSurvivesReboot(t *testing.T, c *testCluster, n1, n2 *testNode) {
 		t.Fatalf("after the reboot: index %d→%d, MAC %s→%s; want a new device with the old MAC",
 			old.Attrs().Index, cur.Attrs().Index, old.Attrs().HardwareAddr, cur.Attrs().HardwareAddr)
 	}
-	if on, err := txChecksum(Netns(n2.ns.Name()), "flannel.1", false, false); err != nil || on {
-		t.Fatalf("recreated device has tx checksum offload on=%v (%v)", on, err)
+	want, _, _ := txCsumMetric(t, n2.d)
+	if on, err := txChecksum(Netns(n2.ns.Name()), "flannel.1", false, false); err != nil || on != want {
+		t.Fatalf("recreated device has tx checksum offload on=%v (%v), want %v as decided", on, err, want)
 	}
 	mustPing(t, n1.pod, n2.podIP)
 	mustPing(t, n2.pod, n1.podIP)

@@ -44,6 +44,19 @@ func (n Netns) Do(fn func() error) error {
 		return err
 	}
 	defer target.Close()
+	return onSwitchedThread(func() error {
+		if err := netns.Set(target); err != nil {
+			return fmt.Errorf("enter netns %s: %w", n, err)
+		}
+		return nil
+	}, fn)
+}
+
+// onSwitchedThread runs fn on a locked OS thread that enter has moved into
+// another network namespace, and moves the thread back afterwards. If
+// enter fails, the thread is still where it was. If the thread cannot be
+// switched back, it is retired rather than reused.
+func onSwitchedThread(enter, fn func() error) error {
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
@@ -54,9 +67,9 @@ func (n Netns) Do(fn func() error) error {
 			return
 		}
 		defer orig.Close()
-		if err := netns.Set(target); err != nil {
+		if err := enter(); err != nil {
 			runtime.UnlockOSThread()
-			done <- fmt.Errorf("enter netns %s: %w", n, err)
+			done <- err
 			return
 		}
 		ferr := fn()

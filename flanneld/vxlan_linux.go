@@ -31,6 +31,12 @@ type vxlanBackend struct {
 	rt   routeSync
 	devs []*vxlanDev
 	own  Lease // set by Setup
+	// csum is whether the devices keep TX checksum offload on
+	// (decideTxChecksum), applied on every creation and adoption;
+	// report publishes a change of mind (metric).
+	csum        txCsumDecision
+	report      func(txCsumDecision)
+	watchFailed bool
 }
 
 type vxlanDev struct {
@@ -41,8 +47,9 @@ type vxlanDev struct {
 	fdb   *routes.FDBTable
 }
 
-func newVXLAN(ns Netns, cfg *Config, ext *ExtIface, log *slog.Logger) (_ *vxlanBackend, err error) {
-	b := &vxlanBackend{ns: ns, cfg: cfg, ext: ext, log: log}
+func newVXLAN(ns Netns, cfg *Config, ext *ExtIface, csum txCsumDecision, report func(txCsumDecision), log *slog.Logger) (_ *vxlanBackend, err error) {
+	b := &vxlanBackend{ns: ns, cfg: cfg, ext: ext, csum: csum, report: report, log: log}
+	report(csum)
 	defer func() {
 		if err != nil {
 			b.Close()
@@ -183,15 +190,50 @@ func (b *vxlanBackend) create(want *netlink.Vxlan) (err error) {
 			}
 		}
 	}()
-	if _, err := txChecksum(b.ns, want.Name, true, false); err != nil {
-		return fmt.Errorf("turn off tx checksum offload on %s: %w", want.Name, err)
+	if err := b.setTxChecksum(want.Name); err != nil {
+		return err
 	}
-	b.log.Info("created vxlan device", "dev", want.Name, "vni", want.VxlanId, "mac", want.HardwareAddr.String(), "mtu", want.MTU, "port", want.Port)
+	b.log.Info("created vxlan device", "dev", want.Name, "vni", want.VxlanId, "mac", want.HardwareAddr.String(), "mtu", want.MTU, "port", want.Port, "txChecksumOffload", b.csum.On)
 	return nil
 }
 
-// adopt fixes what can change in place: MAC, MTU, and the checksum
-// workaround, which someone may have turned back on.
+// setTxChecksum puts dev's TX checksum offload where the decision says,
+// touching it only when it differs: a device an older nodenet turned off
+// gets it back, one someone turned back on against "off" loses it again.
+func (b *vxlanBackend) setTxChecksum(dev string) error {
+	if on, err := txChecksum(b.ns, dev, false, false); err == nil && on == b.csum.On {
+		return nil
+	}
+	if _, err := txChecksum(b.ns, dev, true, b.csum.On); err != nil {
+		return fmt.Errorf("set tx checksum offload of %s to %v: %w", dev, b.csum.On, err)
+	}
+	return nil
+}
+
+// watchNAT is auto's second half: on a kernel that corrupts NATed VXLAN
+// checksums, the first NATed flow to the VXLAN port turns offload off
+// until the daemon restarts (turning it back on when the flow ends would
+// flap, and the NAT rule is most likely still there).
+func (b *vxlanBackend) watchNAT() error {
+	if !b.csum.Watch || !b.csum.On {
+		return nil
+	}
+	flow, err := natedVXLANFlow(b.ns, b.cfg.Backend.Port)
+	if err != nil || flow == "" {
+		return err
+	}
+	b.csum.On, b.csum.By = false, "nat-detected"
+	b.csum.Why = "this node NATs VXLAN packets and " + b.csum.Why + " (flow: " + flow + ")"
+	b.log.Warn("turning vxlan tx checksum offload off: outer VXLAN packets are NATed on a kernel that corrupts their checksums with it", "flow", flow)
+	b.report(b.csum)
+	var errs []error
+	for _, d := range b.devs {
+		errs = append(errs, b.setTxChecksum(d.name))
+	}
+	return errors.Join(errs...)
+}
+
+// adopt fixes what can change in place: MAC, MTU and TX checksum offload.
 func (b *vxlanBackend) adopt(l netlink.Link, want *netlink.Vxlan) error {
 	a := l.Attrs()
 	if a.HardwareAddr.String() != want.HardwareAddr.String() {
@@ -204,12 +246,7 @@ func (b *vxlanBackend) adopt(l netlink.Link, want *netlink.Vxlan) error {
 			return fmt.Errorf("set %s mtu %d: %w", want.Name, want.MTU, err)
 		}
 	}
-	if on, err := txChecksum(b.ns, want.Name, false, false); err != nil || on {
-		if _, err := txChecksum(b.ns, want.Name, true, false); err != nil {
-			return fmt.Errorf("turn off tx checksum offload on %s: %w", want.Name, err)
-		}
-	}
-	return nil
+	return b.setTxChecksum(want.Name)
 }
 
 func incompatible(l netlink.Link, want *netlink.Vxlan) string {
@@ -313,6 +350,14 @@ func (b *vxlanBackend) Sync(ctx context.Context, peers []Lease) (syncResult, err
 	var res syncResult
 	if err := b.recreateMissing(ctx); err != nil {
 		return res, err
+	}
+	if err := b.watchNAT(); err != nil {
+		// Once per run: a kernel without conntrack would say it every sync.
+		level := slog.LevelDebug
+		if !b.watchFailed {
+			level, b.watchFailed = slog.LevelWarn, true
+		}
+		b.log.Log(ctx, level, "look for NATed VXLAN flows", "err", err)
 	}
 	var want []wantRoute
 	neigh := map[*vxlanDev][]routes.Neigh{}

@@ -55,6 +55,7 @@ func runFlanneld(ctx context.Context, args []string) error {
 	fs.IntVar(&metricsPort, "metrics-port", 0, "extra port serving the same endpoints (0 = off)")
 	fs.DurationVar(&o.ResyncPeriod, "resync-period", 10*time.Second, "full reconcile of routes, neighbours and FDB entries at least this often")
 	fs.DurationVar(&o.MinSyncPeriod, "min-sync-period", 100*time.Millisecond, "at most one reconcile per this period when nodes change")
+	fs.StringVar(&o.VXLANTxChecksumOffload, "vxlan-tx-checksum-offload", "", "TX checksum offload on the vxlan devices: auto (on unless a start-up self-test shows this kernel corrupts NATed VXLAN checksums), on, off (default: net-conf.json's Backend.TxChecksumOffload, else auto)")
 	fs.StringVar(&netns, "netns", "", "network namespace to program (name or path; default: our own)")
 	logs.register(fs)
 	if err := fs.Parse(args); err != nil {
