@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -406,9 +405,22 @@ func (a *serviceAllocator) committed(c storage.Claims) {
 }
 
 func (a *serviceAllocator) abandon(c storage.Claims, requested map[string]bool, keep []string) {
+	// A ClusterIP is claimed under two keys (its claim and its IPAddress
+	// object); a value another writer holds under either key stays taken, or
+	// the next attempt would pick it again.
+	type value struct {
+		set *allocator.Set
+		v   string
+	}
+	kept := map[value]bool{}
+	for _, k := range keep {
+		set, v := a.setFor(k)
+		kept[value{set, v}] = true
+	}
 	var drop []string
 	for k := range c.Put {
-		if !requested[k] && !slices.Contains(keep, k) {
+		set, v := a.setFor(k)
+		if !requested[k] && !kept[value{set, v}] {
 			drop = append(drop, k)
 		}
 	}
