@@ -4,7 +4,10 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"sort"
@@ -33,8 +36,9 @@ func subcommands() map[string]subcommand {
 	}
 }
 
-func usage() {
-	fmt.Fprintf(os.Stderr, "usage: nodenet <command> [flags]\n\ncommands:\n")
+// usage lists the subcommands on w.
+func usage(w io.Writer) {
+	fmt.Fprintf(w, "usage: nodenet <command> [flags]\n\ncommands:\n")
 	cmds := subcommands()
 	names := make([]string, 0, len(cmds))
 	for n := range cmds {
@@ -42,25 +46,33 @@ func usage() {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(os.Stderr, "  %-14s %s\n", n, cmds[n].summary)
+		fmt.Fprintf(w, "  %-14s %s\n", n, cmds[n].summary)
 	}
-	fmt.Fprintf(os.Stderr, "\nRun 'nodenet <command> --help' for its flags.\n")
+	fmt.Fprintf(w, "\nRun 'nodenet <command> --help' for its flags.\n")
 }
 
 func main() {
-	if len(os.Args) < 2 || os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
-		usage()
+	if len(os.Args) < 2 {
+		usage(os.Stderr)
 		os.Exit(2)
+	}
+	if os.Args[1] == "-h" || os.Args[1] == "--help" || os.Args[1] == "help" {
+		usage(os.Stdout)
+		return
 	}
 	cmd, ok := subcommands()[os.Args[1]]
 	if !ok {
 		fmt.Fprintf(os.Stderr, "nodenet: unknown command %q\n\n", os.Args[1])
-		usage()
+		usage(os.Stderr)
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := cmd.run(ctx, os.Args[2:]); err != nil {
+	err := cmd.run(ctx, os.Args[2:])
+	if errors.Is(err, flag.ErrHelp) {
+		return // the flag set printed the help the user asked for
+	}
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "nodenet %s: %v\n", os.Args[1], err)
 		os.Exit(1)
 	}
