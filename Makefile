@@ -12,10 +12,12 @@ export GOTOOLCHAIN := local
 
 all: build
 
+# hack/build.sh is go build that reports progress on a long (first) build and
+# is quiet when the build cache is warm.
 build:
-	$(GO) build -o $(BIN)/nodenet ./cmd/nodenet
-	# The CNI plugin is exec'd per pod: static (no dynamic loader) starts faster.
-	CGO_ENABLED=0 $(GO) build -o $(BIN)/nodenet-cni ./cmd/nodenet-cni
+	@GO=$(GO) ./hack/build.sh $(BIN)/nodenet ./cmd/nodenet
+	@# The CNI plugin is exec'd per pod: static (no dynamic loader) starts faster.
+	@CGO_ENABLED=0 GO=$(GO) ./hack/build.sh $(BIN)/nodenet-cni ./cmd/nodenet-cni
 
 # The main job: a 3-node cluster in network namespaces (nodenet up), then
 # a demo (echo pods + a LoadBalancer Service; pod-to-pod, Service, NodePort

@@ -120,10 +120,12 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	for i := 1; i <= cfg.Nodes; i++ {
 		st.Nodes = append(st.Nodes, NodeName(i))
 	}
+	start := time.Now()
 	if err := c.buildNetwork(); err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(cfg.Out, "network: vpc %s (bridge %s %s/24), %d node namespaces\n", VPCNetns(cfg.Name), vpcBridge, apiIP, cfg.Nodes)
+	Stage(cfg.Out, "namespaces", time.Since(start), fmt.Sprintf("vpc %s (bridge %s %s/24), %d node namespaces", VPCNetns(cfg.Name), vpcBridge, apiIP, cfg.Nodes))
+	start = time.Now()
 	if err := c.writeFiles(); err != nil {
 		return nil, err
 	}
@@ -148,6 +150,7 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 			if err := c.waitAPI(ctx, st.APIPort); err != nil {
 				return c, err
 			}
+			Stage(cfg.Out, "control plane", time.Since(start), fmt.Sprintf("API server https://127.0.0.1:%d; admin kubeconfig %s", st.APIPort, c.AdminKube))
 		}
 	}
 	return c, nil

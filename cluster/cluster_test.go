@@ -118,7 +118,9 @@ func upCluster(t *testing.T, backend, proxyMode string) (name, dir, bin string) 
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "admin.kubeconfig")); err == nil {
-			if strings.Contains(out.String(), "nodes Ready") || strings.Contains(out.String(), "not ready") {
+			// `up` reports the node daemons ready once every flanneld and
+			// proxy answers its health endpoint.
+			if strings.Contains(out.String(), "node daemons") || strings.Contains(out.String(), "not ready") {
 				break
 			}
 		}

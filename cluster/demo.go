@@ -158,6 +158,9 @@ type DemoOptions struct {
 	// namespace, which also is the router of the node network).
 	ExternalNetns string
 	Out           io.Writer
+	// Hints, when set, gets the "try it yourself" commands: only worth
+	// printing for a cluster that stays up.
+	Hints io.Writer
 }
 
 // RunDemo deploys echo pods and a Service and checks pod-to-pod traffic
@@ -250,17 +253,19 @@ func RunDemo(ctx context.Context, cs kubernetes.Interface, o DemoOptions) (int, 
 		checkNodePorts(ctx, o.Binary, &first, s, nodes, check)
 		lbIP = checkLoadBalancer(ctx, cs, o, &first, check)
 	}
-	fmt.Fprintf(out, "\n== try it yourself\n")
-	fmt.Fprintf(out, "  export KUBECONFIG=%s\n", o.Kubeconfig)
-	fmt.Fprintf(out, "  kubectl get nodes,pods,svc,endpointslices -A -o wide\n")
-	fmt.Fprintf(out, "  sudo ip netns exec %s %s echo --client http://%s:%d/\n", first.Annotations[netnsAnnotation], o.Binary, pods[len(pods)-1].Status.PodIP, EchoHTTPPort)
-	if s != nil {
-		fmt.Fprintf(out, "  sudo ip netns exec %s %s echo --client http://%s/\n", first.Annotations[netnsAnnotation], o.Binary, s.Spec.ClusterIP)
+	if h := o.Hints; h != nil {
+		fmt.Fprintf(h, "\n== try it yourself\n")
+		fmt.Fprintf(h, "  export KUBECONFIG=%s\n", o.Kubeconfig)
+		fmt.Fprintf(h, "  kubectl get nodes,pods,svc,endpointslices -A -o wide\n")
+		fmt.Fprintf(h, "  sudo ip netns exec %s %s echo --client http://%s:%d/\n", first.Annotations[netnsAnnotation], o.Binary, pods[len(pods)-1].Status.PodIP, EchoHTTPPort)
+		if s != nil {
+			fmt.Fprintf(h, "  sudo ip netns exec %s %s echo --client http://%s/\n", first.Annotations[netnsAnnotation], o.Binary, s.Spec.ClusterIP)
+		}
+		if lbIP != "" && o.ExternalNetns != "" {
+			fmt.Fprintf(h, "  sudo ip netns exec %s %s echo --client http://%s/   # the LoadBalancer, from outside the nodes\n", o.ExternalNetns, o.Binary, lbIP)
+		}
+		fmt.Fprintf(h, "  kubectl -n demo delete pod echo-1\n")
 	}
-	if lbIP != "" && o.ExternalNetns != "" {
-		fmt.Fprintf(out, "  sudo ip netns exec %s %s echo --client http://%s/   # the LoadBalancer, from outside the nodes\n", o.ExternalNetns, o.Binary, lbIP)
-	}
-	fmt.Fprintf(out, "  kubectl -n demo delete pod echo-1\n")
 	return fails, nil
 }
 

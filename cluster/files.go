@@ -130,12 +130,14 @@ func (c *Cluster) components() []*component {
 				"--net-config-path", filepath.Join(d, "net-conf.json"),
 				"--subnet-file", filepath.Join(nd, "run/flannel/subnet.env"),
 				"--install-cni-conf", filepath.Join(nd, "etc/cni/net.d/10-nodenet.conflist"),
-				"--cni-conf-template", filepath.Join(nd, "cni-conf.tmpl")}},
+				"--cni-conf-template", filepath.Join(nd, "cni-conf.tmpl"),
+				"--healthz-ip", nodeIP(i), "--healthz-port", strconv.Itoa(flanneldHealthzPort)}},
 		)
-		if c.cfg.ProxyMode != "none" {
+		if c.cfg.ProxyMode != ProxyModeNone {
 			comps = append(comps, &component{name: node + "/proxy", netns: ns, args: []string{"proxy",
 				"--proxy-mode", c.cfg.ProxyMode, "--kubeconfig", c.NodeKube, "--hostname-override", node,
-				"--cluster-cidr", ClusterCIDR, "--healthz-bind-address", "", "--metrics-bind-address", ""}})
+				"--cluster-cidr", ClusterCIDR, "--metrics-bind-address", "",
+				"--healthz-bind-address", net.JoinHostPort(nodeIP(i), strconv.Itoa(proxyHealthzPort))}})
 		}
 	}
 	for _, comp := range comps {

@@ -83,11 +83,10 @@ func runUp(ctx context.Context, args []string) error {
 	}
 	cfg, demo, demoExit, demoPods := o.cfg, o.demo, o.demoExit, o.demoPods
 	cfg.Out = os.Stdout
-	start := time.Now()
 	fmt.Printf("nodenet up: %d nodes, backend %s, proxy %s, state in %s\n", cfg.Nodes, cfg.Backend, cfg.ProxyMode, cfg.Dir)
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	c, err := cluster.Up(runCtx, cfg)
+	c, err := cluster.Up(runCtx, cfg) // prints the namespaces and control plane stages
 	if err != nil {
 		stop()
 		if c != nil {
@@ -95,43 +94,29 @@ func runUp(ctx context.Context, args []string) error {
 		}
 		return err
 	}
-	fmt.Printf("API server up after %s; admin kubeconfig %s\n", time.Since(start).Round(100*time.Millisecond), c.AdminKube)
 	cs, err := cluster.Client(c.AdminKube)
 	if err != nil {
 		stop()
 		return errors.Join(err, c.Wait())
 	}
-	var result error
-	if _, err := cluster.WaitNodesReady(runCtx, cs, cfg.Nodes, 120*time.Second); err != nil {
-		result = err
-		fmt.Printf("nodes not ready: %v\n", err)
-	} else {
-		fmt.Printf("%d nodes Ready after %s\n", cfg.Nodes, time.Since(start).Round(100*time.Millisecond))
-	}
-	printStatus(c)
+	result := waitNodes(runCtx, cs, c, cfg)
+	stayUp := !demoExit
 	if demo && result == nil {
-		result = runDemoIn(runCtx, cs, c, cfg, demoPods)
-		if demoExit {
-			stop()
-			return errors.Join(result, c.Wait())
+		start := time.Now()
+		result = runDemoIn(runCtx, cs, c, cfg, demoPods, stayUp)
+		outcome := "all checks passed"
+		if result != nil {
+			outcome = result.Error()
 		}
-	} else if demoExit {
+		cluster.Stage(os.Stdout, "demo", time.Since(start), outcome)
+	}
+	if !stayUp {
 		stop()
 		return errors.Join(result, c.Wait())
 	}
+	printStatus(c)
 	fmt.Printf("\ncluster running; `kubectl --kubeconfig %s get nodes,pods -A -o wide`; Ctrl-C to tear down\n", c.AdminKube)
-	go func() {
-		t := time.NewTicker(30 * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-runCtx.Done():
-				return
-			case <-t.C:
-				printStatus(c)
-			}
-		}
-	}()
+	go reportChanges(runCtx, c)
 	<-ctx.Done()
 	fmt.Println("\ntearing down…")
 	stop()
@@ -142,8 +127,62 @@ func runUp(ctx context.Context, args []string) error {
 	return nil
 }
 
-func runDemoIn(ctx context.Context, cs kubernetes.Interface, c *cluster.Cluster, cfg cluster.Config, pods int) error {
-	fails, err := cluster.RunDemo(ctx, cs, cluster.DemoOptions{Binary: cfg.Binary, Kubeconfig: c.AdminKube, Nodes: cfg.Nodes, Pods: pods, ExternalNetns: cluster.VPCNetns(cfg.Name), Out: os.Stdout})
+// waitNodes waits for the nodes to be Ready and then for their daemons to
+// say they are ready, printing a stage line for each.
+func waitNodes(ctx context.Context, cs kubernetes.Interface, c *cluster.Cluster, cfg cluster.Config) error {
+	start := time.Now()
+	nodes, err := cluster.WaitNodesReady(ctx, cs, cfg.Nodes, 120*time.Second)
+	if err != nil {
+		fmt.Printf("nodes not ready: %v\n", err)
+		return err
+	}
+	names := make([]string, len(nodes))
+	for i, n := range nodes {
+		names[i] = n.Name + " " + n.Spec.PodCIDR
+	}
+	cluster.Stage(os.Stdout, "nodes Ready", time.Since(start), strings.Join(names, ", "))
+	start = time.Now()
+	if err := c.WaitDaemonsReady(ctx, 60*time.Second); err != nil {
+		fmt.Printf("node daemons not ready: %v\n", err)
+		return err
+	}
+	what := "flanneld and the proxy ready on every node"
+	if cfg.ProxyMode == cluster.ProxyModeNone {
+		what = "flanneld ready on every node (no proxy)"
+	}
+	cluster.Stage(os.Stdout, "node daemons", time.Since(start), what)
+	return nil
+}
+
+// reportChanges prints a component's status line whenever it changes (an
+// exit, a restart), instead of the whole block again and again: the hints
+// printed above stay on the screen.
+func reportChanges(ctx context.Context, c *cluster.Cluster) {
+	last := c.StatusLines()
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := c.StatusLines()
+		for i, l := range now {
+			if i >= len(last) || l != last[i] {
+				fmt.Printf("%s  %s\n", time.Now().Format("15:04:05"), l)
+			}
+		}
+		last = now
+	}
+}
+
+func runDemoIn(ctx context.Context, cs kubernetes.Interface, c *cluster.Cluster, cfg cluster.Config, pods int, hints bool) error {
+	o := cluster.DemoOptions{Binary: cfg.Binary, Kubeconfig: c.AdminKube, Nodes: cfg.Nodes, Pods: pods, ExternalNetns: cluster.VPCNetns(cfg.Name), Out: os.Stdout}
+	if hints {
+		o.Hints = os.Stdout
+	}
+	fails, err := cluster.RunDemo(ctx, cs, o)
 	if err != nil {
 		fmt.Printf("demo: %v\n", err)
 		return err
