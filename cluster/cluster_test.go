@@ -502,7 +502,7 @@ func TestUpOneOwnerPerCluster(t *testing.T) {
 
 	t.Run("replace", func(t *testing.T) {
 		out, err := runUp(t, bin, "--replace", "--dir", dir, "--name", name, "--nodes", "1", "--api-port", "0", "--demo-exit")
-		if err != nil || !strings.Contains(out, fmt.Sprintf("replacing: stopped nodenet up pid %d", st.PID)) || !strings.Contains(out, "1 nodes Ready") {
+		if err != nil || !strings.Contains(out, fmt.Sprintf("replacing: stopped nodenet up pid %d", st.PID)) || !strings.Contains(out, "node daemons") {
 			t.Fatalf("up --replace: %v\n%s", err, out)
 		}
 	})
@@ -566,7 +566,7 @@ func TestUpCleansUpAfterKilledUp(t *testing.T) {
 		t.Fatalf("the killed up left nothing behind; the test proves nothing")
 	}
 	second, err := runUp(t, bin, append(args[1:], "--demo-exit")...)
-	if err != nil || !strings.Contains(second, "1 nodes Ready") {
+	if err != nil || !strings.Contains(second, "node daemons") {
 		t.Fatalf("up after a killed up: %v\n%s", err, second)
 	}
 }
