@@ -2,11 +2,8 @@ package flanneld
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"net/url"
@@ -196,7 +193,7 @@ func startUpstreamFlanneld(t *testing.T, c *testCluster, nd *testNode, bin strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	forwardLoopback(t, nd.ns, apiURL.Host)
+	nettest.ForwardLoopback(t, nd.ns, apiURL.Host)
 	// Upstream assigns into the Node's annotation map without creating it
 	// (kube.go AcquireLease): it panics on a Node without annotations. A
 	// kubelet always registers its Node with some; so does this test.
@@ -244,54 +241,4 @@ func (u *upstreamFlanneld) waitSubnetEnv(t *testing.T) subnetenv.Env {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// forwardLoopback makes addr (a root-namespace loopback address) reachable
-// at the same address inside ns, for as long as the test runs.
-func forwardLoopback(t *testing.T, ns *nettest.NS, addr string) {
-	t.Helper()
-	var ln net.Listener
-	if err := ns.Do(func() error {
-		var err error
-		ln, err = net.Listen("tcp", addr)
-		return err
-	}); err != nil {
-		t.Fatalf("listen on %s in %s: %v", addr, ns.Name(), err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); ln.Close(); wg.Wait() })
-	wg.Go(func() {
-		for {
-			in, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() { pipe(ctx, in, addr) })
-		}
-	})
-}
-
-func pipe(ctx context.Context, in net.Conn, addr string) {
-	defer in.Close()
-	var d net.Dialer
-	out, err := d.DialContext(ctx, "tcp", addr) // from a root-namespace thread
-	if err != nil {
-		return
-	}
-	defer out.Close()
-	stop := context.AfterFunc(ctx, func() { in.Close(); out.Close() })
-	defer stop()
-	done := make(chan struct{}, 2)
-	cp := func(dst, src net.Conn) {
-		_, err := io.Copy(dst, src)
-		if tc, ok := dst.(*net.TCPConn); ok && !errors.Is(err, net.ErrClosed) {
-			_ = tc.CloseWrite()
-		}
-		done <- struct{}{}
-	}
-	go cp(out, in)
-	go cp(in, out)
-	<-done
-	<-done
 }
