@@ -1,16 +1,12 @@
 package apiserver_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
 	"net/http"
 	"net/url"
-	"os/exec"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -74,7 +70,7 @@ func TestUpstreamKubeProxy(t *testing.T) {
 			kp := startKubeProxy(t, api, ns, bin, node, tc.mode)
 
 			testapi.Eventually(t, 30*time.Second, "kube-proxy /healthz 200 after its first sync", func() bool {
-				return kp.exited() == nil && healthz(ns) == http.StatusOK
+				return kp.Exited() == nil && healthz(ns) == http.StatusOK
 			})
 			if tc.mode == "nftables" {
 				// v1.37 writes `ip daddr { <ServiceCIDRs> } drop` into
@@ -100,10 +96,10 @@ func TestUpstreamKubeProxy(t *testing.T) {
 			if rest := 15*time.Second - time.Since(start); rest > 0 {
 				time.Sleep(rest)
 			}
-			if err := kp.exited(); err != nil {
-				t.Fatalf("kube-proxy exited: %v\n%s", err, kp.log())
+			if err := kp.Exited(); err != nil {
+				t.Fatalf("kube-proxy exited: %v\n%s", err, kp.Log())
 			}
-			log := kp.log()
+			log := kp.Log()
 			// The positive side: every informer kube-proxy starts listed
 			// and populated its cache (a 404 never gets here).
 			for _, typ := range []string{"*v1.Node", "*v1.Service", "*v1.EndpointSlice", "*v1.ServiceCIDR"} {
@@ -228,43 +224,10 @@ func healthz(ns *nettest.NS) int {
 	return resp.StatusCode
 }
 
-// kubeProxy is one running upstream kube-proxy.
-type kubeProxy struct {
-	mu   sync.Mutex
-	out  bytes.Buffer
-	err  error
-	done chan struct{}
-}
-
-func (k *kubeProxy) Write(p []byte) (int, error) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.out.Write(p)
-}
-
-func (k *kubeProxy) log() string {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.out.String()
-}
-
-// exited is nil while the process runs.
-func (k *kubeProxy) exited() error {
-	select {
-	case <-k.done:
-		if k.err == nil {
-			return fmt.Errorf("exit status 0")
-		}
-		return k.err
-	default:
-		return nil
-	}
-}
-
 // startKubeProxy registers node as a kubelet would (with an InternalIP local
 // to ns) and runs kube-proxy for it inside ns, against
 // the API server reached through a loopback forwarder in ns.
-func startKubeProxy(t *testing.T, api *testapi.Server, ns *nettest.NS, bin, node, mode string) *kubeProxy {
+func startKubeProxy(t *testing.T, api *testapi.Server, ns *nettest.NS, bin, node, mode string) *nettest.Process {
 	t.Helper()
 	const nodeIP = "192.168.77.2"
 	// On lo: kube-proxy only needs the node IP to be local (the image
@@ -286,29 +249,11 @@ func startKubeProxy(t *testing.T, api *testapi.Server, ns *nettest.NS, bin, node
 	}
 	nettest.ForwardLoopback(t, ns, u.Host)
 
-	k := &kubeProxy{done: make(chan struct{})}
-	cmd := exec.Command("ip", "netns", "exec", ns.Name(), bin,
+	return nettest.StartProcess(t, ns, nil, bin,
 		"--kubeconfig="+api.KubeconfigPath(), "--proxy-mode="+mode, "--hostname-override="+node,
 		"--cluster-cidr=10.244.0.0/16",
 		"--healthz-bind-address=127.0.0.1:10256", "--metrics-bind-address=127.0.0.1:10249",
 		// nf_conntrack_max is not per namespace: leave the host's alone.
 		"--conntrack-max-per-core=0",
 		"-v=2")
-	cmd.Stdout, cmd.Stderr = k, k
-	// Its own process group: the test kills exactly what it started.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start kube-proxy: %v", err)
-	}
-	go func() { k.err = cmd.Wait(); close(k.done) }()
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-k.done:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-k.done
-		}
-	})
-	return k
 }
