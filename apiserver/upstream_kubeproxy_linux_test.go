@@ -68,6 +68,12 @@ func TestUpstreamKubeProxy(t *testing.T) {
 			node := "kp-" + tc.mode
 			ns := nettest.New(t)
 			kp := startKubeProxy(t, api, ns, bin, node, tc.mode)
+			var rules string
+			t.Cleanup(func() { // before kp is stopped: also after a Fatal
+				if t.Failed() {
+					t.Logf("kube-proxy log:\n%s\nlast rules read:\n%s", kp.Log(), rules)
+				}
+			})
 
 			testapi.Eventually(t, 30*time.Second, "kube-proxy /healthz 200 after its first sync", func() bool {
 				return kp.Exited() == nil && healthz(ns) == http.StatusOK
@@ -83,7 +89,6 @@ func TestUpstreamKubeProxy(t *testing.T) {
 			}
 
 			clusterIP := createWebService(t, api, node)
-			var rules string
 			testapi.Eventually(t, 15*time.Second, "kube-proxy's rules for the Service and its EndpointSlice", func() bool {
 				rules = tc.rules(t, ns)
 				return containsAll(rules, tc.want(clusterIP))
@@ -97,7 +102,7 @@ func TestUpstreamKubeProxy(t *testing.T) {
 				time.Sleep(rest)
 			}
 			if err := kp.Exited(); err != nil {
-				t.Fatalf("kube-proxy exited: %v\n%s", err, kp.Log())
+				t.Fatalf("kube-proxy exited: %v", err)
 			}
 			log := kp.Log()
 			// The positive side: every informer kube-proxy starts listed
@@ -111,9 +116,6 @@ func TestUpstreamKubeProxy(t *testing.T) {
 				if strings.Contains(log, bad) {
 					t.Errorf("kube-proxy log contains %q", bad)
 				}
-			}
-			if t.Failed() {
-				t.Logf("kube-proxy log:\n%s\nrules:\n%s", log, rules)
 			}
 		})
 	}
