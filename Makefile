@@ -8,7 +8,7 @@ PKGS      := ./...
 APT_PKGS  := iptables nftables iproute2 conntrack ipset containernetworking-plugins
 export GOTOOLCHAIN := local
 
-.PHONY: all build run test test-short bench lint clean deps check-deps
+.PHONY: all build run test test-short bench lint clean deps check-deps upstream
 
 all: build
 
@@ -53,6 +53,13 @@ test: deps
 		rm -f .netns-before; \
 		if [ -s .netns-left ]; then echo "tests left network namespaces behind:"; cat .netns-left; rm -f .netns-left; exit 1; fi; \
 		rm -f .netns-left
+
+# upstream builds (once, into ~/.cache/nodenet/upstream) the upstream
+# binaries the interoperability tests run next to nodenet: flanneld and
+# kube-proxy. kube-proxy takes 20–40 minutes cold, so tests skip it until
+# this has run; see internal/upstream's package doc.
+upstream:
+	NODENET_UPSTREAM_BUILD=1 $(GO) test -count=1 -timeout 60m -run '^TestBuildUpstream$$' -v ./internal/upstream
 
 test-short:
 	$(GO) test -short -count=1 $(PKGS)

@@ -1,20 +1,12 @@
 package flanneld
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"net/url"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -81,7 +73,7 @@ func TestUpstreamFlanneldPeering(t *testing.T) {
 				mustPing(t, theirs.pod, ours.podIP)
 			})
 			if t.Failed() {
-				t.Logf("upstream flanneld log:\n%s", up.log())
+				t.Logf("upstream flanneld log:\n%s", up.Log())
 			}
 		})
 	}
@@ -168,22 +160,8 @@ func wireBridgePod(t *testing.T, nd *testNode, sn netip.Prefix) {
 
 // upstreamFlanneld is one running upstream flanneld process.
 type upstreamFlanneld struct {
-	cmd        *exec.Cmd
+	*nettest.Process
 	subnetFile string
-	mu         sync.Mutex
-	out        bytes.Buffer
-}
-
-func (u *upstreamFlanneld) Write(p []byte) (int, error) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.out.Write(p)
-}
-
-func (u *upstreamFlanneld) log() string {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return u.out.String()
 }
 
 // startUpstreamFlanneld runs upstream flanneld inside nd's namespace with
@@ -196,7 +174,7 @@ func startUpstreamFlanneld(t *testing.T, c *testCluster, nd *testNode, bin strin
 	if err != nil {
 		t.Fatal(err)
 	}
-	forwardLoopback(t, nd.ns, apiURL.Host)
+	nettest.ForwardLoopback(t, nd.ns, apiURL.Host)
 	// Upstream assigns into the Node's annotation map without creating it
 	// (kube.go AcquireLease): it panics on a Node without annotations. A
 	// kubelet always registers its Node with some; so does this test.
@@ -205,27 +183,9 @@ func startUpstreamFlanneld(t *testing.T, c *testCluster, nd *testNode, bin strin
 		t.Fatalf("annotate node as a kubelet would: %v", err)
 	}
 	u := &upstreamFlanneld{subnetFile: filepath.Join(nd.dir, "subnet.env")}
-	u.cmd = exec.Command("ip", "netns", "exec", nd.ns.Name(), bin,
+	u.Process = nettest.StartProcess(t, nd.ns, []string{"NODE_NAME=" + nd.name}, bin,
 		"--kube-subnet-mgr", "--kubeconfig-file="+c.api.KubeconfigPath(), "--iface=eth0",
 		"--net-config-path="+c.conf, "--subnet-file="+u.subnetFile, "--ip-masq=false", "-v=2")
-	u.cmd.Env = append(os.Environ(), "NODE_NAME="+nd.name)
-	u.cmd.Stdout, u.cmd.Stderr = u, u
-	// Its own process group: the test kills exactly what it started.
-	u.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := u.cmd.Start(); err != nil {
-		t.Fatalf("start upstream flanneld: %v", err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = u.cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = syscall.Kill(-u.cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-u.cmd.Process.Pid, syscall.SIGKILL)
-			<-exited
-		}
-	})
 	return u
 }
 
@@ -239,59 +199,9 @@ func (u *upstreamFlanneld) waitSubnetEnv(t *testing.T) subnetenv.Env {
 		if env, err = subnetenv.Read(u.subnetFile); err == nil {
 			return env
 		}
-		if u.cmd.ProcessState != nil || time.Now().After(deadline) {
-			t.Fatalf("upstream flanneld wrote no subnet.env (%v); log:\n%s", err, u.log())
+		if u.Exited() != nil || time.Now().After(deadline) {
+			t.Fatalf("upstream flanneld wrote no subnet.env (%v); log:\n%s", err, u.Log())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-// forwardLoopback makes addr (a root-namespace loopback address) reachable
-// at the same address inside ns, for as long as the test runs.
-func forwardLoopback(t *testing.T, ns *nettest.NS, addr string) {
-	t.Helper()
-	var ln net.Listener
-	if err := ns.Do(func() error {
-		var err error
-		ln, err = net.Listen("tcp", addr)
-		return err
-	}); err != nil {
-		t.Fatalf("listen on %s in %s: %v", addr, ns.Name(), err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); ln.Close(); wg.Wait() })
-	wg.Go(func() {
-		for {
-			in, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			wg.Go(func() { pipe(ctx, in, addr) })
-		}
-	})
-}
-
-func pipe(ctx context.Context, in net.Conn, addr string) {
-	defer in.Close()
-	var d net.Dialer
-	out, err := d.DialContext(ctx, "tcp", addr) // from a root-namespace thread
-	if err != nil {
-		return
-	}
-	defer out.Close()
-	stop := context.AfterFunc(ctx, func() { in.Close(); out.Close() })
-	defer stop()
-	done := make(chan struct{}, 2)
-	cp := func(dst, src net.Conn) {
-		_, err := io.Copy(dst, src)
-		if tc, ok := dst.(*net.TCPConn); ok && !errors.Is(err, net.ErrClosed) {
-			_ = tc.CloseWrite()
-		}
-		done <- struct{}{}
-	}
-	go cp(out, in)
-	go cp(in, out)
-	<-done
-	<-done
 }

@@ -8,6 +8,10 @@
 // tools while a test is paused) and is torn down by t.Cleanup even when the
 // test fails. Link wires two namespaces together with a veth pair so
 // multi-node data paths can be exercised with real traffic.
+// ForwardLoopback lets a program inside a namespace reach a test API server
+// on the root namespace's loopback at the same address, and StartProcess
+// runs such a program (an upstream daemon) with its log kept and its process
+// group stopped at cleanup.
 //
 // The gates (RequirePrivileged, RequireTool, RequireSysfs) skip on a
 // developer laptop but fail when NODENET_PRIVILEGED=1 is set, which CI does

@@ -68,6 +68,7 @@ type recipe struct {
 	module   string // module@version whose sources the build needs
 	generate func(dir, moduleDir string) error
 	ldflags  string
+	pkg      string // the main package to build; "" is the scratch module itself
 }
 
 // flanneldRecipe: upstream's `go install` is refused because one backend
@@ -106,13 +107,8 @@ func (r recipe) stamp() string {
 // dir/.lock so parallel tests (other packages, other worktrees) build once
 // and the others wait and reuse it.
 func build(t testing.TB, dir string, r recipe) (string, error) {
-	bin := filepath.Join(dir, r.name)
-	stampFile := bin + ".stamp"
-	fresh := func() bool {
-		s, err := os.ReadFile(stampFile)
-		_, berr := os.Stat(bin)
-		return err == nil && berr == nil && string(s) == r.stamp()
-	}
+	bin, stampFile := filepath.Join(dir, r.name), filepath.Join(dir, r.name+".stamp")
+	fresh := func() bool { return built(dir, r) }
 	if fresh() {
 		return bin, nil
 	}
@@ -142,6 +138,14 @@ func build(t testing.TB, dir string, r recipe) (string, error) {
 	}
 	t.Logf("upstream %s: built in %s", r.name, time.Since(start).Round(time.Second))
 	return bin, nil
+}
+
+// built reports whether dir holds r's binary, built by this Go and recipe.
+func built(dir string, r recipe) bool {
+	bin := filepath.Join(dir, r.name)
+	s, err := os.ReadFile(bin + ".stamp")
+	_, berr := os.Stat(bin)
+	return err == nil && berr == nil && string(s) == r.stamp()
 }
 
 func progress(ctx context.Context, t testing.TB, name string, start time.Time) {
@@ -189,8 +193,12 @@ func runBuild(ctx context.Context, dir string, r recipe, bin string) error {
 		// tidy fetches the dependencies: a failure here is the proxy's too.
 		return fmt.Errorf("%w: %w", ErrModuleProxy, err)
 	}
+	pkg := r.pkg
+	if pkg == "" {
+		pkg = "."
+	}
 	tmp := bin + ".tmp"
-	if _, err := goCmd("build", "-trimpath", "-ldflags", r.ldflags, "-o", tmp, "."); err != nil {
+	if _, err := goCmd("build", "-trimpath", "-ldflags", r.ldflags, "-o", tmp, pkg); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, bin); err != nil {
