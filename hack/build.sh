@@ -19,7 +19,7 @@ fi
 # always "not installed", which costs only a link).
 stale=$("$go" list -deps -f '{{if .Stale}}{{.StaleReason}}{{end}}' "$pkg" | grep -vc '^not installed but available in build cache' || true)
 if [ "$stale" -gt 500 ]; then
-	echo "build $out: compiling $stale packages; a first build takes about 15–20 minutes on 2 cores (client-go and etcd are most of it), later builds seconds"
+	echo "build $out: compiling $stale packages; a first build takes about 8–20 minutes on 2 cores (client-go and etcd are most of it), later builds seconds"
 elif [ "$stale" -gt 50 ]; then
 	echo "build $out: compiling $stale packages"
 fi
