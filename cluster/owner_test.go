@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // fakeUp starts the test binary with the argv of `nodenet up` (TestMain
@@ -21,6 +22,17 @@ func fakeUp(t *testing.T) (*exec.Cmd, Owner) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	// Until the child has exec'd, /proc shows the test binary's command
+	// line (seen once in CI): wait for the one it was started with.
+	cmdline := filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid), "cmdline")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if b, _ := os.ReadFile(cmdline); strings.HasPrefix(string(b), "nodenet\x00up\x00") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fake up (pid %d) did not exec within 10s", cmd.Process.Pid)
+		}
+	}
 	o, err := processOwner(cmd.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
