@@ -162,7 +162,7 @@ func Write(w io.Writer, img Image) (Written, error) {
 		Annotations: map[string]string{
 			// containerd (ctr import, kind load) names the image by this;
 			// the OCI ref name is the tag alone.
-			"io.containerd.image.name":         fullName(name) + ":" + tag,
+			"io.containerd.image.name":          fullName(name) + ":" + tag,
 			"org.opencontainers.image.ref.name": tag,
 		},
 	}}}
