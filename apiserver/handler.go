@@ -446,6 +446,9 @@ func (s *Server) prepareUpdate(req *apiRequest, next, cur runtime.Object) (runti
 	if res.defaults != nil {
 		res.defaults(next)
 	}
+	if res.prepareUpdate != nil && req.sub == "" {
+		res.prepareUpdate(next, cur)
+	}
 	if res.tracksGeneration() && specChanged(next, cur) {
 		acc.SetGeneration(curAcc.GetGeneration() + 1)
 	}

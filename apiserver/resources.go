@@ -44,6 +44,10 @@ type resource struct {
 	// prepareStatus, when set, resets more than the spec on a status update
 	// (what kube-apiserver's status strategy of the kind resets).
 	prepareStatus func(obj, old runtime.Object)
+	// prepareUpdate, when set, is the rest of kube-apiserver's update
+	// strategy of the kind, run on the defaulted object of a main-resource
+	// update (not a status update).
+	prepareUpdate func(obj, old runtime.Object)
 	// fieldSet lists the fields a fieldSelector may use, beyond metadata.
 	fieldSet func(obj runtime.Object) fields.Set
 	// claims, when set, allocates values kept in the same transaction.
@@ -284,7 +288,7 @@ func newResources(svc claimer) []*resource {
 			fieldSet: eventsV1Fields,
 			storedAs: coreEvents, toStored: eventFromV1, fromStored: eventToV1,
 		},
-	}, upstreamCompatResources()...)
+	}, append(upstreamCompatResources(), append(appsResources(), accessResources()...)...)...)
 }
 
 func boolString(b bool) string {

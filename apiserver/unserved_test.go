@@ -25,10 +25,11 @@ func TestUnservedPathsAnswerLikeKubeAPIServer(t *testing.T) {
 		"/api/v1/namespaces/default/pods/p/widgets",
 		"/api/v1/nodes/n/widgets",
 		"/api/v2/pods",
-		"/apis/apps/v1/namespaces/default/deployments",
+		"/apis/apps/v1/namespaces/default/deployments", // apps/v1 is served, deployments are not
 		"/apis/apps/v1/deployments",
-		"/apis/apps/v1",
-		"/apis/apps",
+		"/apis/apps/v1/namespaces/default/daemonsets/ds/scale",
+		"/apis/batch/v1",
+		"/apis/batch",
 		"/apis/discovery.k8s.io/v1beta1/endpointslices",
 	} {
 		for _, method := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {

@@ -123,8 +123,34 @@ func Service(s *corev1.Service) {
 // Pod sets the defaults kube-apiserver applies to a Pod, including what the
 // DefaultTolerationSeconds admission plugin adds.
 func Pod(p *corev1.Pod) {
-	spec := &p.Spec
+	podSpec(&p.Spec)
+	defaultTolerations(&p.Spec)
 
+	if p.Status.Phase == "" {
+		p.Status.Phase = corev1.PodPending
+	}
+
+	// Conversion in kube-apiserver keeps the singular and plural IP fields
+	// paired; consumers read either. Only fill an empty side: a conflict is
+	// left for validation to reject.
+	if p.Status.PodIP != "" && len(p.Status.PodIPs) == 0 {
+		p.Status.PodIPs = []corev1.PodIP{{IP: p.Status.PodIP}}
+	}
+	if p.Status.PodIP == "" && len(p.Status.PodIPs) > 0 {
+		p.Status.PodIP = p.Status.PodIPs[0].IP
+	}
+	if p.Status.HostIP != "" && len(p.Status.HostIPs) == 0 {
+		p.Status.HostIPs = []corev1.HostIP{{IP: p.Status.HostIP}}
+	}
+	if p.Status.HostIP == "" && len(p.Status.HostIPs) > 0 {
+		p.Status.HostIP = p.Status.HostIPs[0].IP
+	}
+}
+
+// podSpec is SetDefaults_PodSpec and the container defaults: what a pod
+// and a pod template (in a DaemonSet) both get. Admission defaults (the
+// tolerations) apply to pods only, as upstream.
+func podSpec(spec *corev1.PodSpec) {
 	if spec.RestartPolicy == "" {
 		spec.RestartPolicy = corev1.RestartPolicyAlways
 	}
@@ -158,27 +184,6 @@ func Pod(p *corev1.Pod) {
 		defaultContainer((*corev1.Container)(&spec.EphemeralContainers[i].EphemeralContainerCommon), false)
 	}
 
-	defaultTolerations(spec)
-
-	if p.Status.Phase == "" {
-		p.Status.Phase = corev1.PodPending
-	}
-
-	// Conversion in kube-apiserver keeps the singular and plural IP fields
-	// paired; consumers read either. Only fill an empty side: a conflict is
-	// left for validation to reject.
-	if p.Status.PodIP != "" && len(p.Status.PodIPs) == 0 {
-		p.Status.PodIPs = []corev1.PodIP{{IP: p.Status.PodIP}}
-	}
-	if p.Status.PodIP == "" && len(p.Status.PodIPs) > 0 {
-		p.Status.PodIP = p.Status.PodIPs[0].IP
-	}
-	if p.Status.HostIP != "" && len(p.Status.HostIPs) == 0 {
-		p.Status.HostIPs = []corev1.HostIP{{IP: p.Status.HostIP}}
-	}
-	if p.Status.HostIP == "" && len(p.Status.HostIPs) > 0 {
-		p.Status.HostIP = p.Status.HostIPs[0].IP
-	}
 }
 
 func defaultContainer(c *corev1.Container, hostNetwork bool) {

@@ -40,7 +40,7 @@ const podUpdateForbiddenMsg = "pod updates may not change fields other than `spe
 // Pod validates a Pod on create.
 func Pod(p *corev1.Pod) field.ErrorList {
 	allErrs := validateObjectMetaCreate(&p.ObjectMeta, true, apimachineryvalidation.NameIsDNSSubdomain)
-	allErrs = append(allErrs, validatePodSpec(&p.Spec)...)
+	allErrs = append(allErrs, validatePodSpec(&p.Spec, specPath)...)
 	if len(p.Spec.EphemeralContainers) > 0 {
 		// Ephemeral containers are added to running pods for debugging, never
 		// part of the pod as created.
@@ -57,7 +57,7 @@ func Pod(p *corev1.Pod) field.ErrorList {
 // through the binding subresource (see Binding).
 func PodUpdate(newPod, oldPod *corev1.Pod) field.ErrorList {
 	allErrs := validateObjectMetaUpdate(&newPod.ObjectMeta, &oldPod.ObjectMeta)
-	allErrs = append(allErrs, validatePodSpec(&newPod.Spec)...)
+	allErrs = append(allErrs, validatePodSpec(&newPod.Spec, specPath)...)
 	allErrs = append(allErrs, validatePodStatus(&newPod.Status)...)
 
 	if newPod.Spec.NodeName != oldPod.Spec.NodeName {
@@ -129,12 +129,12 @@ func isTerminalPhase(phase corev1.PodPhase) bool {
 	return phase == corev1.PodSucceeded || phase == corev1.PodFailed
 }
 
-func validatePodSpec(spec *corev1.PodSpec) field.ErrorList {
+func validatePodSpec(spec *corev1.PodSpec, fldPath *field.Path) field.ErrorList {
 	var allErrs field.ErrorList
 
-	containersPath := specPath.Child("containers")
-	initPath := specPath.Child("initContainers")
-	ephemeralPath := specPath.Child("ephemeralContainers")
+	containersPath := fldPath.Child("containers")
+	initPath := fldPath.Child("initContainers")
+	ephemeralPath := fldPath.Child("ephemeralContainers")
 
 	if len(spec.Containers) == 0 {
 		allErrs = append(allErrs, field.Required(containersPath, ""))
@@ -182,38 +182,38 @@ func validatePodSpec(spec *corev1.PodSpec) field.ErrorList {
 
 	switch {
 	case spec.RestartPolicy == "":
-		allErrs = append(allErrs, field.Required(specPath.Child("restartPolicy"), ""))
+		allErrs = append(allErrs, field.Required(fldPath.Child("restartPolicy"), ""))
 	case !containsValue(supportedRestartPolicies, spec.RestartPolicy):
-		allErrs = append(allErrs, field.NotSupported(specPath.Child("restartPolicy"), spec.RestartPolicy, supportedRestartPolicies))
+		allErrs = append(allErrs, field.NotSupported(fldPath.Child("restartPolicy"), spec.RestartPolicy, supportedRestartPolicies))
 	}
 
 	switch {
 	case spec.DNSPolicy == "":
-		allErrs = append(allErrs, field.Required(specPath.Child("dnsPolicy"), ""))
+		allErrs = append(allErrs, field.Required(fldPath.Child("dnsPolicy"), ""))
 	case !containsValue(supportedDNSPolicies, spec.DNSPolicy):
-		allErrs = append(allErrs, field.NotSupported(specPath.Child("dnsPolicy"), spec.DNSPolicy, supportedDNSPolicies))
+		allErrs = append(allErrs, field.NotSupported(fldPath.Child("dnsPolicy"), spec.DNSPolicy, supportedDNSPolicies))
 	}
-	allErrs = append(allErrs, validateDNSConfig(spec.DNSPolicy, spec.DNSConfig)...)
+	allErrs = append(allErrs, validateDNSConfig(spec.DNSPolicy, spec.DNSConfig, fldPath)...)
 
 	if spec.NodeName != "" {
-		allErrs = append(allErrs, validateNodeName(spec.NodeName, specPath.Child("nodeName"))...)
+		allErrs = append(allErrs, validateNodeName(spec.NodeName, fldPath.Child("nodeName"))...)
 	}
 	if spec.Hostname != "" {
-		allErrs = append(allErrs, validateDNS1123Label(spec.Hostname, specPath.Child("hostname"))...)
+		allErrs = append(allErrs, validateDNS1123Label(spec.Hostname, fldPath.Child("hostname"))...)
 	}
 	if spec.Subdomain != "" {
-		allErrs = append(allErrs, validateDNS1123Label(spec.Subdomain, specPath.Child("subdomain"))...)
+		allErrs = append(allErrs, validateDNS1123Label(spec.Subdomain, fldPath.Child("subdomain"))...)
 	}
 	if spec.ServiceAccountName != "" {
-		allErrs = append(allErrs, validateDNS1123Subdomain(spec.ServiceAccountName, specPath.Child("serviceAccountName"))...)
+		allErrs = append(allErrs, validateDNS1123Subdomain(spec.ServiceAccountName, fldPath.Child("serviceAccountName"))...)
 	}
 	if spec.SchedulerName != "" {
-		allErrs = append(allErrs, validateDNS1123Subdomain(spec.SchedulerName, specPath.Child("schedulerName"))...)
+		allErrs = append(allErrs, validateDNS1123Subdomain(spec.SchedulerName, fldPath.Child("schedulerName"))...)
 	}
-	allErrs = append(allErrs, validateLabels(spec.NodeSelector, specPath.Child("nodeSelector"))...)
-	allErrs = append(allErrs, validateTolerations(spec.Tolerations, specPath.Child("tolerations"))...)
+	allErrs = append(allErrs, validateLabels(spec.NodeSelector, fldPath.Child("nodeSelector"))...)
+	allErrs = append(allErrs, validateTolerations(spec.Tolerations, fldPath.Child("tolerations"))...)
 
-	aliasPath := specPath.Child("hostAliases")
+	aliasPath := fldPath.Child("hostAliases")
 	for i, alias := range spec.HostAliases {
 		idxPath := aliasPath.Index(i)
 		allErrs = append(allErrs, validateIP(alias.IP, idxPath.Child("ip"))...)
@@ -223,15 +223,15 @@ func validatePodSpec(spec *corev1.PodSpec) field.ErrorList {
 	}
 
 	for i, gate := range spec.ReadinessGates {
-		allErrs = append(allErrs, validateQualifiedName(string(gate.ConditionType), specPath.Child("readinessGates").Index(i).Child("conditionType"))...)
+		allErrs = append(allErrs, validateQualifiedName(string(gate.ConditionType), fldPath.Child("readinessGates").Index(i).Child("conditionType"))...)
 	}
 
 	if spec.TerminationGracePeriodSeconds != nil {
-		allErrs = append(allErrs, validateNonnegative(*spec.TerminationGracePeriodSeconds, specPath.Child("terminationGracePeriodSeconds"))...)
+		allErrs = append(allErrs, validateNonnegative(*spec.TerminationGracePeriodSeconds, fldPath.Child("terminationGracePeriodSeconds"))...)
 	}
 	if spec.ActiveDeadlineSeconds != nil {
 		if v := *spec.ActiveDeadlineSeconds; v < 1 || v > math.MaxUint32 {
-			allErrs = append(allErrs, field.Invalid(specPath.Child("activeDeadlineSeconds"), v, utilvalidation.InclusiveRangeError(1, math.MaxUint32)))
+			allErrs = append(allErrs, field.Invalid(fldPath.Child("activeDeadlineSeconds"), v, utilvalidation.InclusiveRangeError(1, math.MaxUint32)))
 		}
 	}
 	return allErrs
@@ -514,9 +514,9 @@ func validateHTTPGetAction(h *corev1.HTTPGetAction, fldPath *field.Path) field.E
 }
 
 // validateDNSConfig follows validatePodDNSConfig upstream.
-func validateDNSConfig(policy corev1.DNSPolicy, cfg *corev1.PodDNSConfig) field.ErrorList {
+func validateDNSConfig(policy corev1.DNSPolicy, cfg *corev1.PodDNSConfig, fldPath *field.Path) field.ErrorList {
 	var allErrs field.ErrorList
-	cfgPath := specPath.Child("dnsConfig")
+	cfgPath := fldPath.Child("dnsConfig")
 	if policy == corev1.DNSNone {
 		if cfg == nil {
 			return field.ErrorList{field.Required(cfgPath, fmt.Sprintf("must provide `dnsConfig` when `dnsPolicy` is %s", corev1.DNSNone))}
