@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/nodenet/nodenet/controllers/cloudroutes"
+	"github.com/nodenet/nodenet/controllers/daemonset"
 	"github.com/nodenet/nodenet/controllers/endpoints"
 	"github.com/nodenet/nodenet/controllers/endpointslice"
 	"github.com/nodenet/nodenet/controllers/lbroutes"
@@ -30,7 +31,7 @@ import (
 // configuration is present (node IPAM needs --cluster-cidr, LoadBalancer IPs
 // --lb-ip-pool, cloud routes --configure-cloud-routes, load-balancer routes
 // --configure-lb-routes).
-var allControllers = []string{"nodeipam", "endpointslice", "endpoints", "loadbalancer", "nodelifecycle", "scheduler", "cloudroutes", "lbroutes"}
+var allControllers = []string{"nodeipam", "endpointslice", "endpoints", "loadbalancer", "nodelifecycle", "scheduler", "daemonset", "cloudroutes", "lbroutes"}
 
 type cmFlags struct {
 	kubeconfig     string
@@ -181,6 +182,9 @@ func (f *cmFlags) build(on map[string]bool) ([]manager.Controller, func(), error
 	})
 	add("scheduler", func(c kubernetes.Interface, fac informers.SharedInformerFactory, r record.EventRecorder, l *slog.Logger) (manager.Runner, error) {
 		return scheduler.New(c, fac, scheduler.Options{SchedulerName: f.schedulerName}, r, l)
+	})
+	add("daemonset", func(c kubernetes.Interface, fac informers.SharedInformerFactory, r record.EventRecorder, l *slog.Logger) (manager.Runner, error) {
+		return daemonset.New(c, fac, daemonset.Options{}, r, l)
 	})
 	if !on["cloudroutes"] && !on["lbroutes"] {
 		return out, cleanup, nil

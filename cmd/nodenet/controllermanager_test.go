@@ -26,8 +26,8 @@ func TestEndpointsControllerEnabledByDefault(t *testing.T) {
 		}
 		return out
 	}
-	if got := names(&cmFlags{}); !slices.Contains(got, "endpoints") || !slices.Contains(got, "endpointslice") {
-		t.Errorf("default controllers %v, want endpoints and endpointslice", got)
+	if got := names(&cmFlags{}); !slices.Contains(got, "endpoints") || !slices.Contains(got, "endpointslice") || !slices.Contains(got, "daemonset") {
+		t.Errorf("default controllers %v, want endpoints, endpointslice and daemonset", got)
 	}
 	if got := names(&cmFlags{controllers: stringList{"*", "-endpoints"}}); slices.Contains(got, "endpoints") {
 		t.Errorf("--controllers=*,-endpoints still runs it: %v", got)
