@@ -9,13 +9,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netns"
 
 	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/internal/testapi"
@@ -276,19 +274,16 @@ func serviceTraffic(t *testing.T, c *testCluster, from *testNode) {
 }
 
 // serveEcho runs `nodenet echo` (TCP lines and UDP datagrams on port) in
-// ns until the test ends, on a thread of its own that stays in ns and is
-// retired with its goroutine.
+// ns until the test ends: its sockets are opened on the switched thread
+// and stay in ns.
 func serveEcho(t *testing.T, ns *nettest.NS, port int) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread()
-		if err := netns.Set(netns.NsHandle(ns.Fd())); err != nil {
-			done <- err
-			return
-		}
 		addr := fmt.Sprintf(":%d", port)
-		done <- node.RunEcho(ctx, node.EchoOptions{Name: "pod", TCPAddr: addr, UDPAddr: addr})
+		done <- ns.Do(func() error {
+			return node.RunEcho(ctx, node.EchoOptions{Name: "pod", TCPAddr: addr, UDPAddr: addr})
+		})
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	testapi.Eventually(t, 5*time.Second, "echo server listening", func() bool {

@@ -35,12 +35,7 @@ type ExecRunner struct {
 	Netns string
 }
 
-func (r ExecRunner) netnsPath() string {
-	if r.Netns == "" || strings.HasPrefix(r.Netns, "/") {
-		return r.Netns
-	}
-	return "/var/run/netns/" + r.Netns
-}
+func (r ExecRunner) netnsPath() string { return netnsutil.Path(r.Netns) }
 
 // ErrNotFound is returned when the nft binary is missing.
 var ErrNotFound = errors.New("nft binary not found")
