@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/internal/testapi"
 	"github.com/nodenet/nodenet/node"
