@@ -30,12 +30,16 @@ func (h holdings) empty() bool { return !h.hint && h.rules == 0 }
 // dump, which never loads a kernel module, and `iptables --version`); the
 // nft dump, which can be large, is read only when the answer depends on it.
 func Detect(ctx context.Context, exec Exec, family Family) (Backend, error) {
-	legacy, lerr := survey(ctx, exec, family, Legacy)
-	if lerr == nil && legacy.empty() {
-		// Legacy can only win a tie now, decided by the alternative.
-		if alt := alternative(ctx, exec, family); alt == NFT {
-			return NFT, nil
+	var alt Backend
+	host := func() Backend {
+		if alt == "" {
+			alt = alternative(ctx, exec, family)
 		}
+		return alt
+	}
+	legacy, lerr := survey(ctx, exec, family, Legacy)
+	if lerr == nil && legacy.empty() && host() == NFT {
+		return NFT, nil // legacy could win only a tie, which the alternative decides
 	}
 	nft, nerr := survey(ctx, exec, family, NFT)
 	switch {
@@ -46,7 +50,7 @@ func Detect(ctx context.Context, exec Exec, family Family) (Backend, error) {
 	case nerr != nil:
 		return Legacy, nil
 	}
-	return choose(legacy, nft, func() Backend { return alternative(ctx, exec, family) }), nil
+	return choose(legacy, nft, host), nil
 }
 
 // choose is Detect's decision, given what each backend holds; alt is asked
