@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/nodenet/nodenet/internal/iptables"
-	"github.com/nodenet/nodenet/internal/nettest"
+	"github.com/nodenet/nodenet/internal/iptables/iptablestest"
 )
 
 // TestMasqRules: against the iptables Fake, the first ADD writes the
@@ -69,12 +69,7 @@ func TestMasqRules(t *testing.T) {
 // (here one rule per family in a throwaway namespace), ipMasq programs
 // iptables-legacy, in both families, and nothing in iptables-nft.
 func TestMasqFollowsLegacy(t *testing.T) {
-	for _, tool := range []string{"iptables-legacy", "ip6tables-legacy", "iptables-nft-save", "ip6tables-nft-save", "iptables-legacy-restore", "ip6tables-legacy-restore"} {
-		nettest.RequireTool(t, tool)
-	}
-	ns := nettest.New(t)
-	ns.MustExec(t, "iptables-legacy", "-A", "INPUT", "-j", "ACCEPT")
-	ns.MustExec(t, "ip6tables-legacy", "-A", "INPUT", "-j", "ACCEPT")
+	ns := iptablestest.LegacyNode(t)
 	subnets := []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24"), netip.MustParsePrefix("fd00:10:244:1::/64")}
 	exec := iptables.Prefixed("ip", "netns", "exec", ns.Name())
 	for range 2 {

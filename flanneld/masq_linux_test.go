@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nodenet/nodenet/internal/iptables/iptablestest"
 	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/internal/testapi"
 )
@@ -78,12 +79,7 @@ func TestMasqIPTables(t *testing.T) {
 // masquerade rules go to iptables-legacy in both families — where the
 // proxy and the CNI plugin put theirs — and nothing to iptables-nft.
 func TestMasqIPTablesFollowsLegacy(t *testing.T) {
-	for _, tool := range []string{"iptables-legacy", "ip6tables-legacy", "iptables-legacy-restore", "ip6tables-legacy-restore", "iptables-nft-save", "ip6tables-nft-save"} {
-		nettest.RequireTool(t, tool)
-	}
-	ns := nettest.New(t)
-	ns.MustExec(t, "iptables-legacy", "-A", "INPUT", "-j", "ACCEPT")
-	ns.MustExec(t, "ip6tables-legacy", "-A", "INPUT", "-j", "ACCEPT")
+	ns := iptablestest.LegacyNode(t)
 	fams := append(testMasqFamilies, masqFamily{network: netip.MustParsePrefix("fd00:10:244::/56"), subnet: netip.MustParsePrefix("fd00:10:244:3::/64")})
 	m := newIPTablesMasq(detectIPTables(Netns(ns.Name()), testapi.Logger()), fams)
 	mustSync(t, t.Context(), m, true)

@@ -24,6 +24,11 @@ type Runner interface {
 	ListChain(ctx context.Context, table, chain string) (rules []string, exists bool, err error)
 }
 
+var (
+	_ Runner = (*ExecRunner)(nil)
+	_ Runner = (*Fake)(nil)
+)
+
 // Family is the IP family a runner programs (iptables or ip6tables); the
 // values are the proxy's, 4 and 6.
 type Family int
