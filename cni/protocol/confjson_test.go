@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"testing"
 )
@@ -31,28 +32,62 @@ var toyFields = []Field[toyConf]{
 	NestedField("extra", func(c *toyConf) any { return &c.Extra }),
 }
 
-// TestDecodeMatchesEncodingJSON: Decode decodes exactly what
-// encoding/json decodes, errors included, through its fast path or by
-// handing the document over.
+// agreesWithEncodingJSON reports how Decode differs from json.Unmarshal
+// on in: in the error, or in what it decoded.
+func agreesWithEncodingJSON(in string) error {
+	var fast, std toyConf
+	errFast := Decode([]byte(in), &fast, toyFields)
+	errStd := json.Unmarshal([]byte(in), &std)
+	if (errFast == nil) != (errStd == nil) || (errStd != nil && errFast.Error() != errStd.Error()) {
+		return fmt.Errorf("%q: error %v, encoding/json says %v", in, errFast, errStd)
+	}
+	if !reflect.DeepEqual(fast, std) {
+		return fmt.Errorf("%q:\n got %+v\nwant %+v", in, fast, std)
+	}
+	return nil
+}
+
+// decodeCases are documents Decode must read exactly as encoding/json:
+// plain ones (the fast path) and every kind it hands over.
+var decodeCases = []string{
+	`{"cniVersion":"1.0.0","name":"n","type":"x","path":"/p","mtu":-1450,"masq":true,"hairpin":false,"extra":{"a":[1,"b",null]}}`,
+	` { "cniVersion" : "1.1.0" , "name":"n", "mtu": 1450, "masq": true, "hairpin": false } `,
+	`{"dns":{"nameservers":["1.1.1.1"]},"prevResult":{"cniVersion":"1.0.0"},"cni.dev/valid-attachments":[{"containerID":"a","ifname":"eth0"}]}`,
+	`{"extra":{"x":[1,2.5e3,null,false,"\u00e9\n"]},"unknown":{"deep":[{"a":"b"}]}}`,
+	`{"CNIVERSION":"1.0.0","Name":"n"}`, // case-insensitive keys
+	`{"name":"n","name":"m"}`,           // repeated key
+	`{"name":"caf\u00e9","type":"é"}`,   // escapes, non-ASCII
+	`{"mtu":1450.0}`, `{"mtu":1e3}`,     // not an int
+	`{"mtu":"big"}`, `{"masq":"yes"}`, // wrong type
+	`{"mtu":0123}`,                    // leading zero
+	`{"mtu":99999999999999999999}`,    // out of range
+	`{"hairpin":null}`,                // null
+	`{"x":"\uZZZZ"}`,                  // bad escape
+	`{"name":"n",}`, `{"name":"n"} x`, // trailing comma, garbage
+	`{"name":`, `{`, ``, `null`, `[]`, `"s"`, `{"a":tru}`, `{"a":-}`,
+}
+
+// TestDecodeMatchesEncodingJSON: Decode decodes exactly what encoding/json
+// decodes, errors included, through its fast path or by handing the
+// document over.
 func TestDecodeMatchesEncodingJSON(t *testing.T) {
-	for _, in := range []string{
-		`{"cniVersion":"1.0.0","name":"n","type":"x","path":"/p","mtu":-1450,"masq":true,"hairpin":false,"extra":{"a":[1,"b",null]}}`,
-		`{"dns":{"nameservers":["1.1.1.1"]},"prevResult":{"cniVersion":"1.0.0"},"cni.dev/valid-attachments":[{"containerID":"a","ifname":"eth0"}]}`,
-		`{"Name":"n"}`, `{"name":"n","name":"m"}`, `{"name":"caf\u00e9"}`, `{"name":"é"}`,
-		`{"mtu":1.5}`, `{"mtu":1e3}`, `{"mtu":"big"}`, `{"mtu":99999999999999999999}`, `{"masq":"yes"}`, `{"hairpin":null}`,
-		`{"unknown":{"deep":[{"a":"b"}]}}`, `{"name":"n",}`, `{"name":"n"} x`, `{"name":`, `[]`, `null`, ``,
-	} {
-		var fast, std toyConf
-		errFast := Decode([]byte(in), &fast, toyFields)
-		errStd := json.Unmarshal([]byte(in), &std)
-		if (errFast == nil) != (errStd == nil) || (errStd != nil && errFast.Error() != errStd.Error()) {
-			t.Errorf("%s: error %v, encoding/json says %v", in, errFast, errStd)
-			continue
-		}
-		if !reflect.DeepEqual(fast, std) {
-			t.Errorf("%s:\n got %+v\nwant %+v", in, fast, std)
+	for _, in := range decodeCases {
+		if err := agreesWithEncodingJSON(in); err != nil {
+			t.Error(err)
 		}
 	}
+}
+
+// FuzzDecode: whatever the input, Decode agrees with encoding/json.
+func FuzzDecode(f *testing.F) {
+	for _, in := range decodeCases {
+		f.Add(in)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		if err := agreesWithEncodingJSON(in); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
 
 // TestDecodeFastPath: a plain configuration is set by the fast path
