@@ -118,9 +118,10 @@ func (n *NetNS) Do(fn func() error) error {
 // goroutine on the main thread.
 //
 // A namespace that cannot be opened yields nil and no error, and one the
-// thread cannot enter a NetNS without a prepared socket: the command then
-// runs into the problem itself and reports it as usual. The error is for
-// a thread that could not switch back: the process must not go on.
+// thread cannot enter yields a NetNS without a prepared socket: the
+// command then runs into the problem itself and reports it as usual. The
+// error is for a thread that could not switch back: the process must not
+// go on.
 func PrepareNetNS(path string) (*NetNS, error) {
 	if path == "" {
 		return nil, nil
