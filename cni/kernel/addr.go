@@ -70,10 +70,7 @@ func broadcast(p netip.Prefix) netip.Addr {
 
 // Addrs lists the addresses of a link, with their prefix lengths.
 func (c *Conn) Addrs(index int) ([]netip.Prefix, error) {
-	var w nlmsg.Writer
-	w.Begin(unix.RTM_GETADDR, unix.NLM_F_DUMP)
-	w.Fixed(ifaddrmsg(unix.AF_UNSPEC, 0, 0, 0))
-	msgs, err := c.dump("addresses", &w, unix.RTM_NEWADDR)
+	msgs, err := c.dump("addresses", dumpRequest(unix.RTM_GETADDR, ifaddrmsg(unix.AF_UNSPEC, 0, 0, 0)), unix.RTM_NEWADDR)
 	if err != nil {
 		return nil, err
 	}

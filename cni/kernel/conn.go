@@ -48,6 +48,14 @@ func (c *Conn) exec(w *nlmsg.Writer, echo uint16) ([][]byte, error) {
 	return echoes, err
 }
 
+// dumpRequest starts a dump request of type typ with its fixed header.
+func dumpRequest(typ uint16, fixed []byte) *nlmsg.Writer {
+	w := new(nlmsg.Writer)
+	w.Begin(typ, unix.NLM_F_DUMP)
+	w.Fixed(fixed)
+	return w
+}
+
 // dump runs the dump request w holds and returns the bodies of its
 // answers of type typ.
 func (c *Conn) dump(what string, w *nlmsg.Writer, typ uint16) ([][]byte, error) {

@@ -94,11 +94,9 @@ func (c *Conn) getLink(name string, index int) (*Link, error) {
 
 // Links lists the links of the socket's namespace.
 func (c *Conn) Links() ([]*Link, error) {
-	var w nlmsg.Writer
-	w.Begin(unix.RTM_GETLINK, unix.NLM_F_DUMP)
-	w.Fixed(ifinfomsg(unix.AF_UNSPEC, 0, 0, 0))
+	w := dumpRequest(unix.RTM_GETLINK, ifinfomsg(unix.AF_UNSPEC, 0, 0, 0))
 	w.Uint32(unix.IFLA_EXT_MASK, rtextFilterVF)
-	msgs, err := c.dump("links", &w, unix.RTM_NEWLINK)
+	msgs, err := c.dump("links", w, unix.RTM_NEWLINK)
 	if err != nil {
 		return nil, err
 	}
@@ -169,10 +167,7 @@ func linkKind(linkInfo []byte) string {
 // itself (IFLA_BRPORT_MODE), from the bridge's view of its ports. A link
 // that is no bridge port is ENODEV.
 func (c *Conn) Hairpin(index int) (bool, error) {
-	var w nlmsg.Writer
-	w.Begin(unix.RTM_GETLINK, unix.NLM_F_DUMP)
-	w.Fixed(ifinfomsg(unix.AF_BRIDGE, 0, 0, 0))
-	msgs, err := c.dump("bridge ports", &w, unix.RTM_NEWLINK)
+	msgs, err := c.dump("bridge ports", dumpRequest(unix.RTM_GETLINK, ifinfomsg(unix.AF_BRIDGE, 0, 0, 0)), unix.RTM_NEWLINK)
 	if err != nil {
 		return false, err
 	}

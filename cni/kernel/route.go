@@ -83,10 +83,7 @@ type MainRoute struct {
 
 // Routes lists the main table's routes out of a link.
 func (c *Conn) Routes(index int) ([]MainRoute, error) {
-	var w nlmsg.Writer
-	w.Begin(unix.RTM_GETROUTE, unix.NLM_F_DUMP)
-	w.Fixed(make([]byte, unix.SizeofRtMsg))
-	msgs, err := c.dump("routes", &w, unix.RTM_NEWROUTE)
+	msgs, err := c.dump("routes", dumpRequest(unix.RTM_GETROUTE, make([]byte, unix.SizeofRtMsg)), unix.RTM_NEWROUTE)
 	if err != nil {
 		return nil, err
 	}

@@ -2,7 +2,6 @@ package kernel
 
 import (
 	"errors"
-	"os"
 	"slices"
 	"testing"
 
@@ -10,10 +9,6 @@ import (
 
 	"github.com/nodenet/nodenet/internal/nettest"
 )
-
-func TestMain(m *testing.M) {
-	os.Exit(nettest.CheckNoLeaks(m))
-}
 
 // dialIn opens a route netlink socket inside ns. The socket stays there
 // after Do returns, so the test works with it on its own goroutine, where
