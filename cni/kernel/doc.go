@@ -14,8 +14,9 @@
 //
 // A Conn works in the network namespace it was opened in. The node's side
 // is the calling thread's namespace (Dial); the pod's side is reached
-// through a socket opened inside the pod's namespace (NetNS.Dial), so no
-// thread stays switched into it. PrepareNetNS opens that socket before the
+// through a socket opened inside the pod's namespace (NetNS.Dial, from a
+// thread internal/netnsutil switches in for that moment), so no thread
+// stays switched into it. PrepareNetNS opens that socket before the
 // command runs, during the binary's package initialization, where
 // switching the main thread needs no runtime.LockOSThread — whose first
 // call in a process starts an extra OS thread, a tenth of a millisecond of

@@ -3,9 +3,10 @@ package kernel
 import (
 	"errors"
 	"fmt"
-	"runtime"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodenet/nodenet/internal/netnsutil"
 )
 
 var (
@@ -84,29 +85,10 @@ func (n *NetNS) Dial() (*Conn, error) {
 	return c, nil
 }
 
-// Do runs fn on the calling thread switched into the namespace, and
-// switches back. If switching back fails, the thread stays locked to the
-// goroutine (which gets the error), so the runtime never hands it to
-// another goroutine in the wrong namespace.
-func (n *NetNS) Do(fn func() error) error {
-	runtime.LockOSThread()
-	self, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	defer unix.Close(self)
-	if err := unix.Setns(n.fd, unix.CLONE_NEWNET); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("enter network namespace: %w", err)
-	}
-	ferr := fn()
-	if err := unix.Setns(self, unix.CLONE_NEWNET); err != nil {
-		return fmt.Errorf("return to network namespace: %w", err)
-	}
-	runtime.UnlockOSThread()
-	return ferr
-}
+// Do runs fn on a thread switched into the namespace (internal/netnsutil:
+// a goroutine of its own, locked to its thread, which Go retires if it
+// cannot switch back).
+func (n *NetNS) Do(fn func() error) error { return netnsutil.Do(n.path, fn) }
 
 // PrepareNetNS opens the namespace at path and a route netlink socket in
 // it (for Dial) by switching the calling thread into the namespace and
@@ -116,6 +98,12 @@ func (n *NetNS) Do(fn func() error) error {
 // where the goroutine cannot move to another thread meanwhile: the binary
 // calls it during package initialization, when the runtime keeps the main
 // goroutine on the main thread.
+//
+// This is the one namespace switch that does not go through
+// internal/netnsutil, and cannot: netnsutil.Do runs fn on a goroutine of
+// its own locked to its thread, which is exactly the LockOSThread (and
+// the thread) this saves, and it cannot switch the calling thread, which
+// is the only one guaranteed during package initialization.
 //
 // A namespace that cannot be opened yields nil and no error, and one the
 // thread cannot enter yields a NetNS without a prepared socket: the
