@@ -108,10 +108,14 @@ func proxyModes(log *slog.Logger) app.Modes {
 		},
 		"nftables": {
 			New: func(ctx context.Context, f proxy.Family) (proxy.DataPlane, error) {
-				return nftables.New(f, nftables.ExecRunner{}, log), nil
+				// The data plane, and so its runner's netlink socket,
+				// lives as long as the process.
+				return nftables.New(f, &nftables.ExecRunner{}, log), nil
 			},
 			Cleanup: func(ctx context.Context, f proxy.Family) error {
-				return nftables.New(f, nftables.ExecRunner{}, log).Cleanup(ctx)
+				r := &nftables.ExecRunner{}
+				defer r.Close()
+				return nftables.New(f, r, log).Cleanup(ctx)
 			},
 		},
 	}

@@ -46,7 +46,9 @@ func TestProxyModeSwitchIPTablesNFTables(t *testing.T) {
 	nft := proxytest.Mode{
 		Name: "nftables",
 		New: func(t testing.TB, node *nettest.NS, f proxy.Family) proxy.DataPlane {
-			return nftables.New(f, nftables.ExecRunner{Netns: node.Name()}, testapi.Logger())
+			r := &nftables.ExecRunner{Netns: node.Name()}
+			t.Cleanup(func() { r.Close() })
+			return nftables.New(f, r, testapi.Logger())
 		},
 		Leftovers: func(t testing.TB, node *nettest.NS) string {
 			out, err := exec.Command("ip", "netns", "exec", node.Name(), "nft", "list", "tables").CombinedOutput()
