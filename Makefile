@@ -8,7 +8,7 @@ PKGS      := ./...
 APT_PKGS  := iptables nftables iproute2 conntrack ipset containernetworking-plugins
 export GOTOOLCHAIN := local
 
-.PHONY: all build run test test-short bench lint clean deps check-deps upstream
+.PHONY: all build run test test-short bench lint clean deps check-deps upstream image
 
 all: build
 
@@ -60,6 +60,15 @@ test: deps
 # this has run; see internal/upstream's package doc.
 upstream:
 	NODENET_UPSTREAM_BUILD=1 $(GO) test -count=1 -timeout 60m -run '^TestBuildUpstream$$' -v ./internal/upstream
+
+# image builds the node daemons' container image, bin/nodenet-image.tar (an
+# OCI layout with a Docker manifest.json: docker load, ctr images import and
+# kind load image-archive all take it), without Docker or a registry: static
+# nodenet + nodenet-cni and iptables/nftables from Debian packages (apt-get
+# download, cached in ~/.cache/nodenet/debs). Same commit, same digest.
+IMAGE_TAG ?=
+image:
+	$(GO) run ./cmd/nodenet-image --out $(BIN)/nodenet-image.tar $(if $(IMAGE_TAG),--tag $(IMAGE_TAG))
 
 test-short:
 	$(GO) test -short -count=1 $(PKGS)

@@ -33,6 +33,8 @@ func subcommands() map[string]subcommand {
 		"agent":              {"node agent: registers the node, runs pods through CNI", runAgent},
 		"echo":               {"TCP/UDP/HTTP echo server reporting its pod name (or --client)", runEcho},
 		"logshim":            {"runs one pod container, writing its output as CRI log lines (started by the agent)", runLogShim},
+		"manifest":           {"prints daemonset/nodenet.yaml (the DaemonSet manifest) for the given options", runManifest},
+		"install-cni":        {"copies the CNI plugin into the host's CNI bin directory (the DaemonSet's init container)", runInstallCNI},
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	ipt "github.com/nodenet/nodenet/internal/iptables"
 	"github.com/nodenet/nodenet/proxy"
 	"github.com/nodenet/nodenet/proxy/app"
 	"github.com/nodenet/nodenet/proxy/iptables"
@@ -88,17 +89,17 @@ func proxyModes(log *slog.Logger) app.Modes {
 	return app.Modes{
 		"iptables": {
 			New: func(ctx context.Context, f proxy.Family) (proxy.DataPlane, error) {
-				v, err := iptables.Detect(ctx, nil, f)
+				r, err := ipt.Open(ctx, ipt.Direct, ipt.Family(f))
 				if err != nil {
 					return nil, err
 				}
-				log.Info("iptables backend", "family", f, "variant", v)
-				return iptables.New(f, iptables.ExecRunner{Family: f, Variant: v}, log), nil
+				log.Info("iptables backend", "family", f, "variant", r.Backend())
+				return iptables.New(f, r, log), nil
 			},
 			Cleanup: func(ctx context.Context, f proxy.Family) error {
 				var errs []error
-				for _, v := range []iptables.Variant{iptables.NFT, iptables.Legacy} {
-					if err := iptables.New(f, iptables.ExecRunner{Family: f, Variant: v}, log).Cleanup(ctx); err != nil {
+				for _, b := range []ipt.Backend{ipt.NFT, ipt.Legacy} {
+					if err := iptables.New(f, ipt.New(ipt.Direct, ipt.Family(f), b), log).Cleanup(ctx); err != nil {
 						errs = append(errs, err)
 					}
 				}
@@ -107,10 +108,14 @@ func proxyModes(log *slog.Logger) app.Modes {
 		},
 		"nftables": {
 			New: func(ctx context.Context, f proxy.Family) (proxy.DataPlane, error) {
-				return nftables.New(f, nftables.ExecRunner{}, log), nil
+				// The data plane, and so its runner's netlink socket,
+				// lives as long as the process.
+				return nftables.New(f, &nftables.ExecRunner{}, log), nil
 			},
 			Cleanup: func(ctx context.Context, f proxy.Family) error {
-				return nftables.New(f, nftables.ExecRunner{}, log).Cleanup(ctx)
+				r := &nftables.ExecRunner{}
+				defer r.Close()
+				return nftables.New(f, r, log).Cleanup(ctx)
 			},
 		},
 	}

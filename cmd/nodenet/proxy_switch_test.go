@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	ipt "github.com/nodenet/nodenet/internal/iptables"
 	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/internal/testapi"
 	"github.com/nodenet/nodenet/proxy"
@@ -24,7 +25,7 @@ func TestProxyModeSwitchIPTablesNFTables(t *testing.T) {
 	ipt := proxytest.Mode{
 		Name: "iptables",
 		New: func(t testing.TB, node *nettest.NS, f proxy.Family) proxy.DataPlane {
-			return iptables.New(f, iptables.ExecRunner{Prefix: in(node), Family: f, Variant: iptables.NFT}, testapi.Logger())
+			return iptables.New(f, ipt.New(ipt.Prefixed(in(node)...), ipt.Family(f), ipt.NFT), testapi.Logger())
 		},
 		Leftovers: func(t testing.TB, node *nettest.NS) string {
 			var left []string
@@ -45,7 +46,9 @@ func TestProxyModeSwitchIPTablesNFTables(t *testing.T) {
 	nft := proxytest.Mode{
 		Name: "nftables",
 		New: func(t testing.TB, node *nettest.NS, f proxy.Family) proxy.DataPlane {
-			return nftables.New(f, nftables.ExecRunner{Netns: node.Name()}, testapi.Logger())
+			r := &nftables.ExecRunner{Netns: node.Name()}
+			t.Cleanup(func() { r.Close() })
+			return nftables.New(f, r, testapi.Logger())
 		},
 		Leftovers: func(t testing.TB, node *nettest.NS) string {
 			out, err := exec.Command("ip", "netns", "exec", node.Name(), "nft", "list", "tables").CombinedOutput()

@@ -1,9 +1,11 @@
-package cni
+package protocol
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/netip"
 	"reflect"
 	"strings"
@@ -13,16 +15,47 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 )
 
-// run drives Plugin.Main as the binary does, with env as the environment.
-func run(t *testing.T, env map[string]string, stdin string) (code int, stdout, stderr string) {
+// fakePlugin records the commands Main runs.
+type fakePlugin struct {
+	ran  []string
+	args *CmdArgs
+	err  error
+}
+
+func (f *fakePlugin) DecodeConf(stdin []byte) (*NetConf, error) {
+	var c NetConf
+	if err := json.Unmarshal(stdin, &c); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+func (f *fakePlugin) record(cmd string, args *CmdArgs) error {
+	f.ran, f.args = append(f.ran, cmd), args
+	return f.err
+}
+
+func (f *fakePlugin) Add(_ context.Context, args *CmdArgs) (*Result, error) {
+	if err := f.record("ADD", args); err != nil {
+		return nil, err
+	}
+	return &Result{CNIVersion: "1.0.0", Interfaces: []*Interface{{Name: "eth0"}}}, nil
+}
+func (f *fakePlugin) Check(_ context.Context, a *CmdArgs) error  { return f.record("CHECK", a) }
+func (f *fakePlugin) Del(_ context.Context, a *CmdArgs) error    { return f.record("DEL", a) }
+func (f *fakePlugin) GC(_ context.Context, a *CmdArgs) error     { return f.record("GC", a) }
+func (f *fakePlugin) Status(_ context.Context, a *CmdArgs) error { return f.record("STATUS", a) }
+
+// run drives Main as the binary does, with env as the environment.
+func run(t *testing.T, p Plugin, env map[string]string, stdin string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code = (&Plugin{}).Main(context.Background(), func(k string) string { return env[k] }, strings.NewReader(stdin), &out, &errb, "about nodenet")
+	code = Main(context.Background(), p, func(k string) string { return env[k] }, strings.NewReader(stdin), &out, &errb, "about nodenet")
 	return code, out.String(), errb.String()
 }
 
 func TestMainWithoutCommand(t *testing.T) {
-	code, out, errOut := run(t, nil, "")
+	code, out, errOut := run(t, &fakePlugin{}, nil, "")
 	if code != 0 || out != "" || !strings.Contains(errOut, "about nodenet") || !strings.Contains(errOut, "0.3.1, 0.4.0, 1.0.0, 1.1.0") {
 		t.Fatalf("exit %d stdout %q stderr %q", code, out, errOut)
 	}
@@ -31,12 +64,12 @@ func TestMainWithoutCommand(t *testing.T) {
 // TestMainVersion: VERSION's answer is what the reference library's
 // decoder expects, whatever stdin holds.
 func TestMainVersion(t *testing.T) {
-	code, out, _ := run(t, map[string]string{"CNI_COMMAND": "VERSION"}, "not json")
+	code, out, _ := run(t, &fakePlugin{}, map[string]string{"CNI_COMMAND": "VERSION"}, "not json")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, out)
 	}
 	info, err := (&version.PluginDecoder{}).Decode([]byte(out))
-	if err != nil || !reflect.DeepEqual(info.SupportedVersions(), allVersions) {
+	if err != nil || !reflect.DeepEqual(info.SupportedVersions(), []string{"0.3.1", "0.4.0", "1.0.0", "1.1.0"}) {
 		t.Fatalf("VERSION printed %s: %v", out, err)
 	}
 	var v struct{ CNIVersion string }
@@ -46,7 +79,8 @@ func TestMainVersion(t *testing.T) {
 }
 
 // TestMainErrors: what the dispatcher refuses before any command runs,
-// with the spec's codes, as error objects the reference library reads.
+// with the spec's codes, as error objects the reference library reads;
+// the plugin is not called.
 func TestMainErrors(t *testing.T) {
 	full := map[string]string{"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c1", "CNI_NETNS": "/proc/self/ns/net", "CNI_IFNAME": "eth0", "CNI_PATH": "/opt/cni/bin"}
 	with := func(kv ...string) map[string]string {
@@ -88,7 +122,8 @@ func TestMainErrors(t *testing.T) {
 		{"own namespace", full, conf("1.0.0"), 8, "should not be the same"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			code, out, _ := run(t, tc.env, tc.stdin)
+			p := &fakePlugin{}
+			code, out, _ := run(t, p, tc.env, tc.stdin)
 			var te types.Error
 			if err := json.Unmarshal([]byte(out), &te); err != nil || code != 1 {
 				t.Fatalf("exit %d, stdout %q (%v)", code, out, err)
@@ -96,13 +131,40 @@ func TestMainErrors(t *testing.T) {
 			if te.Code != tc.code || !strings.Contains(te.Msg+te.Details, tc.msg) {
 				t.Fatalf("got %+v, want code %d mentioning %q", te, tc.code, tc.msg)
 			}
+			if len(p.ran) != 0 {
+				t.Fatalf("the plugin ran %v", p.ran)
+			}
 		})
+	}
+}
+
+// TestMainRuns: each command reaches its method with the variables and
+// stdin; ADD's result goes to stdout in its version's shape, the others
+// print nothing; the plugin's failure is an error object with its code.
+func TestMainRuns(t *testing.T) {
+	env := map[string]string{"CNI_CONTAINERID": "c1", "CNI_NETNS": "/nonexistent/netns", "CNI_IFNAME": "eth0", "CNI_PATH": "/opt/cni/bin", "CNI_ARGS": "IP=10.0.0.2"}
+	conf := `{"cniVersion":"1.1.0","name":"cbr0","type":"x"}`
+	for _, cmd := range []string{"ADD", "CHECK", "DEL", "GC", "STATUS"} {
+		p := &fakePlugin{}
+		env["CNI_COMMAND"] = cmd
+		code, out, _ := run(t, p, env, conf)
+		if code != 0 || len(p.ran) != 1 || p.ran[0] != cmd || string(p.args.StdinData) != conf || p.args.Args != "IP=10.0.0.2" || p.args.IfName != "eth0" {
+			t.Fatalf("%s: exit %d, ran %v with %+v", cmd, code, p.ran, p.args)
+		}
+		if want := map[string]string{"ADD": `{"cniVersion":"1.0.0","interfaces":[{"name":"eth0"}]}`}[cmd]; out != want {
+			t.Errorf("%s printed %q, want %q", cmd, out, want)
+		}
+	}
+	p := &fakePlugin{err: Errorf(CodeTryAgainLater, "not yet")}
+	env["CNI_COMMAND"] = "DEL"
+	if code, out, _ := run(t, p, env, conf); code != 1 || out != `{"code":11,"msg":"not yet"}` {
+		t.Fatalf("failing DEL: exit %d, %s", code, out)
 	}
 }
 
 func TestNetnsOverride(t *testing.T) {
 	a := &CmdArgs{Netns: "/proc/self/ns/net"}
-	if Code(checkNotOwnNetNS(a)) != CodeInvalidNetNS {
+	if Code(checkNotOwnNetNS(a)) != CodeInvalidNetNS || !sameNetNS("/proc/thread-self/ns/net") || sameNetNS("/nonexistent") {
 		t.Fatal("own namespace accepted")
 	}
 	for _, o := range []string{"1", "true", "TRUE"} {
@@ -118,7 +180,7 @@ func TestNetnsOverride(t *testing.T) {
 // same; the shape differences between versions are checkShape's.
 func TestResultJSONMatchesLibrary(t *testing.T) {
 	two, table, scope := 2, 100, 253
-	for _, v := range allVersions {
+	for _, v := range SupportedVersions {
 		r := &Result{
 			CNIVersion: v,
 			Interfaces: []*Interface{{Name: "cni0", Mac: "0a:58:0a:f4:01:01", Mtu: 1450}, {Name: "eth0", Sandbox: "/run/netns/a \"b\"\x01é"}},
@@ -159,5 +221,66 @@ func TestResultJSONMatchesLibrary(t *testing.T) {
 	empty, _ := json.Marshal(&Result{CNIVersion: "1.0.0"})
 	if string(empty) != `{"cniVersion":"1.0.0"}` {
 		t.Errorf("empty result %s", empty)
+	}
+}
+
+func TestErrorsWire(t *testing.T) {
+	err := fmt.Errorf("add: %w", Errorf(CodeTryAgainLater, "subnet file missing"))
+	if te := AsWireError(err); te.Code != 11 || te.Msg != "add: subnet file missing" {
+		t.Fatalf("%+v", te)
+	}
+	if te := AsWireError(errors.New("boom")); te.Code != 999 {
+		t.Fatalf("%+v", te)
+	}
+	delegate := fmt.Errorf("delegate ptp ADD: %w", &WireError{Code: 7, Msg: "bad"})
+	if te := AsWireError(delegate); te.Code != 7 {
+		t.Fatalf("delegate error code %+v", te)
+	}
+	if WithCode(CodeIO, err) != err || Code(WithCode(CodeIO, errors.New("x"))) != CodeIO || WithCode(CodeIO, nil) != nil {
+		t.Fatal("WithCode")
+	}
+}
+
+func TestChainOffsetsInterfaces(t *testing.T) {
+	two := 2
+	prev := &Result{CNIVersion: "1.0.0", Interfaces: []*Interface{{Name: "x"}}, DNS: DNS{Nameservers: []string{"1.1.1.1"}}}
+	ours := &Result{CNIVersion: "1.1.0", Interfaces: []*Interface{{Name: "a"}, {Name: "b"}, {Name: "c"}},
+		IPs: []*IPConfig{{Interface: &two}}}
+	got := Chain(prev, ours)
+	if len(got.Interfaces) != 4 || *got.IPs[0].Interface != 3 || got.DNS.Nameservers[0] != "1.1.1.1" || got.CNIVersion != "1.1.0" || *ours.IPs[0].Interface != 2 {
+		t.Fatalf("%+v", got)
+	}
+	if Chain(nil, ours) != ours {
+		t.Fatal("no prevResult")
+	}
+}
+
+func TestValidateArgs(t *testing.T) {
+	for _, a := range []CmdArgs{
+		{ContainerID: "../../etc", IfName: "eth0"},
+		{ContainerID: "", IfName: "eth0"},
+		{ContainerID: "ok", IfName: "a:b"},
+		{ContainerID: "ok", IfName: "far-too-long-name"},
+	} {
+		if err := ValidateArgs(&a); Code(err) != CodeBadEnv {
+			t.Errorf("%+v: %v", a, err)
+		}
+	}
+	if err := ValidateArgs(&CmdArgs{ContainerID: "abc-1.2_3", IfName: "eth0"}); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestVersionAtLeast(t *testing.T) {
+	for _, tc := range []struct {
+		v, min string
+		want   bool
+	}{
+		{"1.1.0", "1.1.0", true}, {"0.10.0", "0.4.0", true}, {"0.3.1", "0.4.0", false},
+		{"1.0", "0.4.0", true}, {"x", "0.1.0", false}, {"1.0.0.0", "0.1.0", false},
+	} {
+		if got := VersionAtLeast(tc.v, tc.min); got != tc.want {
+			t.Errorf("VersionAtLeast(%q, %q) = %v", tc.v, tc.min, got)
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package cni
+package protocol
 
 import (
 	"context"
@@ -6,21 +6,40 @@ import (
 	"io"
 	"slices"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
-// Main runs one CNI command the way a runtime invokes the binary: the
-// CNI_* variables come from getenv, the configuration from stdin; the
-// result (ADD), the version information (VERSION) or an error object goes
-// to stdout. It returns the exit status: 0, or 1 after an error object.
-// Without CNI_COMMAND it prints about and the supported versions to
-// stderr, for a person who ran the binary by hand.
-func (p *Plugin) Main(ctx context.Context, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer, about string) int {
+// Plugin is what a CNI plugin does; Main runs one of its commands.
+type Plugin interface {
+	// DecodeConf decodes a network configuration the way the plugin's
+	// commands will (decoding only, no validation) and returns the keys
+	// every configuration has. Main calls it before any command, so a
+	// configuration the plugin cannot read fails as such (code 6)
+	// whatever else is wrong with it.
+	DecodeConf(stdin []byte) (*NetConf, error)
+	// Add implements ADD and returns the result in the configuration's
+	// version.
+	Add(ctx context.Context, args *CmdArgs) (*Result, error)
+	Check(ctx context.Context, args *CmdArgs) error
+	Del(ctx context.Context, args *CmdArgs) error
+	GC(ctx context.Context, args *CmdArgs) error
+	Status(ctx context.Context, args *CmdArgs) error
+}
+
+// Main runs one CNI command of p the way a runtime invokes a plugin
+// binary: the CNI_* variables come from getenv, the configuration from
+// stdin; the result (ADD), the version information (VERSION) or an error
+// object goes to stdout. It returns the exit status: 0, or 1 after an
+// error object. Without CNI_COMMAND it prints about and the supported
+// versions to stderr, for a person who ran the binary by hand.
+func Main(ctx context.Context, p Plugin, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer, about string) int {
 	cmd := getenv("CNI_COMMAND")
 	if cmd == "" {
 		fmt.Fprintf(stderr, "%s\nCNI protocol versions supported: %s\n", about, strings.Join(SupportedVersions, ", "))
 		return 0
 	}
-	out, err := p.dispatch(ctx, cmd, getenv, stdin)
+	out, err := dispatch(ctx, p, cmd, getenv, stdin)
 	if err != nil {
 		out = AsWireError(err).appendJSON(nil)
 	}
@@ -34,7 +53,7 @@ func (p *Plugin) Main(ctx context.Context, getenv func(string) string, stdin io.
 }
 
 // dispatch runs cmd and returns what goes to stdout on success.
-func (p *Plugin) dispatch(ctx context.Context, cmd string, getenv func(string) string, stdin io.Reader) ([]byte, error) {
+func dispatch(ctx context.Context, p Plugin, cmd string, getenv func(string) string, stdin io.Reader) ([]byte, error) {
 	args, err := argsFromEnv(cmd, getenv)
 	if err != nil {
 		return nil, err
@@ -43,9 +62,9 @@ func (p *Plugin) dispatch(ctx context.Context, cmd string, getenv func(string) s
 		return versionInfo(), nil
 	}
 	if args.StdinData, err = io.ReadAll(stdin); err != nil {
-		return nil, errorf(CodeIO, "error reading from stdin: %w", err)
+		return nil, Errorf(CodeIO, "error reading from stdin: %w", err)
 	}
-	confVersion, err := checkConfig(args.StdinData)
+	confVersion, err := checkConfig(p, args.StdinData)
 	if err != nil {
 		return nil, err
 	}
@@ -85,7 +104,7 @@ type envVar struct {
 }
 
 var envVars = []envVar{
-	{"CNI_CONTAINERID", func(a *CmdArgs) *string { return &a.ContainerID }, []string{"ADD", "CHECK", "DEL"}, validateContainerID},
+	{"CNI_CONTAINERID", func(a *CmdArgs) *string { return &a.ContainerID }, []string{"ADD", "CHECK", "DEL"}, ValidateContainerID},
 	{"CNI_NETNS", func(a *CmdArgs) *string { return &a.Netns }, []string{"ADD", "CHECK"}, nil},
 	{"CNI_IFNAME", func(a *CmdArgs) *string { return &a.IfName }, []string{"ADD", "CHECK", "DEL"}, validateIfNameEnv},
 	{"CNI_ARGS", func(a *CmdArgs) *string { return &a.Args }, nil, nil},
@@ -117,16 +136,9 @@ func argsFromEnv(cmd string, getenv func(string) string) (*CmdArgs, error) {
 		}
 	}
 	if len(missing) > 0 {
-		return nil, errorf(CodeBadEnv, "required env variables [%s] missing", strings.Join(missing, ","))
+		return nil, Errorf(CodeBadEnv, "required env variables [%s] missing", strings.Join(missing, ","))
 	}
 	return args, nil
-}
-
-func validateIfNameEnv(name string) error {
-	if err := validateIfName(name); err != nil {
-		return errorf(CodeBadEnv, "CNI_IFNAME %q: %w", name, err)
-	}
-	return nil
 }
 
 // versionInfo is VERSION's answer.
@@ -137,18 +149,19 @@ func versionInfo() []byte {
 }
 
 // checkConfig checks what every command needs of the configuration before
-// it runs — valid JSON (code 6) and a valid network name (code 7) — and
-// returns its cniVersion ("0.1.0" when missing, as the spec's oldest).
-func checkConfig(stdin []byte) (string, error) {
-	var c NetConf
-	if err := decodeConf(stdin, &c); err != nil {
-		return "", errorf(CodeDecode, "error unmarshall network config: %w", err)
+// it runs — that the plugin can decode it (code 6) and a valid network
+// name (code 7) — and returns its cniVersion ("0.1.0" when missing, as
+// the spec's oldest).
+func checkConfig(p Plugin, stdin []byte) (string, error) {
+	c, err := p.DecodeConf(stdin)
+	if err != nil {
+		return "", Errorf(CodeDecode, "error unmarshall network config: %w", err)
 	}
 	if c.Name == "" {
-		return "", errorf(CodeInvalidConfig, "missing network name")
+		return "", Errorf(CodeInvalidConfig, "missing network name")
 	}
-	if !validName(c.Name) {
-		return "", errorf(CodeInvalidConfig, "invalid characters found in network name %q", c.Name)
+	if !ValidName(c.Name) {
+		return "", Errorf(CodeInvalidConfig, "invalid characters found in network name %q", c.Name)
 	}
 	if c.CNIVersion == "" {
 		return "0.1.0", nil
@@ -161,13 +174,13 @@ func checkConfig(stdin []byte) (string, error) {
 // speaks it; an unknown command is code 4.
 func checkVersion(cmd, confVersion string) error {
 	if !slices.Contains(knownCommands, cmd) {
-		return errorf(CodeBadEnv, "unknown CNI_COMMAND: %s", cmd)
+		return Errorf(CodeBadEnv, "unknown CNI_COMMAND: %s", cmd)
 	}
 	since := map[string]string{"CHECK": "0.4.0", "GC": "1.1.0", "STATUS": "1.1.0"}[cmd]
-	if since != "" && !versionAtLeast(confVersion, since) {
-		return errorf(CodeIncompatibleVersion, "config version does not allow %s", cmd)
+	if since != "" && !VersionAtLeast(confVersion, since) {
+		return Errorf(CodeIncompatibleVersion, "config version does not allow %s", cmd)
 	}
-	if !supported(confVersion) {
+	if !Supported(confVersion) {
 		return &Error{Code: CodeIncompatibleVersion, Err: fmt.Errorf("incompatible CNI versions: config is %q, plugin supports %v", confVersion, SupportedVersions)}
 	}
 	return nil
@@ -181,7 +194,17 @@ func checkNotOwnNetNS(args *CmdArgs) error {
 		return nil
 	}
 	if sameNetNS(args.Netns) {
-		return errorf(CodeInvalidNetNS, "plugin's netns and netns from CNI_NETNS should not be the same")
+		return Errorf(CodeInvalidNetNS, "plugin's netns and netns from CNI_NETNS should not be the same")
 	}
 	return nil
+}
+
+// sameNetNS reports whether path is the calling thread's own network
+// namespace, which a runtime must never hand a plugin as the pod's.
+func sameNetNS(path string) bool {
+	var pod, self unix.Stat_t
+	if unix.Stat(path, &pod) != nil || unix.Stat("/proc/thread-self/ns/net", &self) != nil {
+		return false
+	}
+	return pod.Dev == self.Dev && pod.Ino == self.Ino
 }

@@ -1,4 +1,4 @@
-package cni
+package protocol
 
 import (
 	"errors"
@@ -29,8 +29,8 @@ type Error struct {
 func (e *Error) Error() string { return e.Err.Error() }
 func (e *Error) Unwrap() error { return e.Err }
 
-// withCode wraps err with a CNI code unless it already carries one.
-func withCode(code uint, err error) error {
+// WithCode wraps err with a CNI code unless it already carries one.
+func WithCode(code uint, err error) error {
 	if err == nil {
 		return nil
 	}
@@ -41,7 +41,8 @@ func withCode(code uint, err error) error {
 	return &Error{Code: code, Err: err}
 }
 
-func errorf(code uint, format string, a ...any) error {
+// Errorf is fmt.Errorf with a CNI code.
+func Errorf(code uint, format string, a ...any) error {
 	return &Error{Code: code, Err: fmt.Errorf(format, a...)}
 }
 

@@ -1,4 +1,4 @@
-package cni
+package protocol
 
 import (
 	"fmt"
@@ -7,13 +7,6 @@ import (
 	"strings"
 	"unicode"
 )
-
-// The plugin speaks the CNI protocol itself rather than through the
-// reference library's skel and types packages: those packages compile
-// regular expressions and register result converters when the process
-// starts, and a plugin process lives for one command, so their start-up
-// was a measurable part of every ADD and DEL. What they did is written out
-// here and in result.go and dispatch.go, following the spec.
 
 // CmdArgs is what the runtime passes to one command: the CNI_* variables
 // and the network configuration from stdin.
@@ -36,12 +29,12 @@ var SupportedVersions = []string{"0.3.1", "0.4.0", "1.0.0", "1.1.0"}
 // latestVersion is the newest supported version, the one VERSION names.
 func latestVersion() string { return SupportedVersions[len(SupportedVersions)-1] }
 
-// supported reports whether the plugin speaks spec version v.
-func supported(v string) bool { return slices.Contains(SupportedVersions, v) }
+// Supported reports whether the plugin speaks spec version v.
+func Supported(v string) bool { return slices.Contains(SupportedVersions, v) }
 
-// versionAtLeast compares dotted spec versions numerically ("0.10.0" is
+// VersionAtLeast compares dotted spec versions numerically ("0.10.0" is
 // newer than "0.4.0"). A version that does not parse is older than any.
-func versionAtLeast(v, min string) bool {
+func VersionAtLeast(v, min string) bool {
 	a, okA := parseVersion(v)
 	b, okB := parseVersion(min)
 	if !okA || !okB {
@@ -66,9 +59,9 @@ func parseVersion(v string) ([3]int, bool) {
 	return out, true
 }
 
-// validName checks the spec's rule for container IDs and network names:
+// ValidName checks the spec's rule for container IDs and network names:
 // a letter or digit, then letters, digits, '_', '.' or '-'.
-func validName(s string) bool {
+func ValidName(s string) bool {
 	if s == "" || !isAlnum(s[0]) {
 		return false
 	}
@@ -84,9 +77,9 @@ func isAlnum(c byte) bool {
 	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
 
-// validateIfName checks an interface name the way the kernel and the spec
+// ValidateIfName checks an interface name the way the kernel and the spec
 // do: 1-15 bytes, not "." or "..", no '/', ':' or white space.
-func validateIfName(name string) error {
+func ValidateIfName(name string) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("interface name is empty")
@@ -96,6 +89,36 @@ func validateIfName(name string) error {
 		return fmt.Errorf("interface name is . or ..")
 	case strings.ContainsFunc(name, func(r rune) bool { return r == '/' || r == ':' || unicode.IsSpace(r) }):
 		return fmt.Errorf("interface name contains / or : or whitespace characters")
+	}
+	return nil
+}
+
+// ValidateContainerID checks CNI_CONTAINERID (code 4): it ends up in file
+// names.
+func ValidateContainerID(id string) error {
+	if id == "" {
+		return Errorf(CodeBadEnv, "CNI_CONTAINERID is missing")
+	}
+	if !ValidName(id) {
+		return Errorf(CodeBadEnv, "CNI_CONTAINERID %q: invalid characters in containerID", id)
+	}
+	return nil
+}
+
+// ValidateArgs checks what the dispatcher checks of the container ID and
+// interface name before running a command, for callers that run a plugin
+// in-process: the container ID ends up in file names, the interface name
+// in netlink requests.
+func ValidateArgs(args *CmdArgs) error {
+	if err := ValidateContainerID(args.ContainerID); err != nil {
+		return err
+	}
+	return validateIfNameEnv(args.IfName)
+}
+
+func validateIfNameEnv(name string) error {
+	if err := ValidateIfName(name); err != nil {
+		return Errorf(CodeBadEnv, "CNI_IFNAME %q: %w", name, err)
 	}
 	return nil
 }

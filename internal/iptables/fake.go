@@ -15,8 +15,9 @@ import (
 // iptables-restore --noflush input atomically, rejects what the kernel
 // rejects (rules in or jumps to missing chains, deleting a rule that is not
 // there, deleting a non-empty or referenced chain, NAT targets reachable from
-// the wrong hook) and dumps its tables in iptables-save syntax. The same
-// contract test runs against it and the real kernel.
+// the wrong hook, over-long chain names, ports without a protocol) with the
+// kernel tools' messages, and dumps its tables in iptables-save syntax. The
+// contract test holds it to the real iptables-nft and iptables-legacy.
 type Fake struct {
 	mu       sync.Mutex
 	tables   map[string]*fakeTable
@@ -73,15 +74,18 @@ func (t *fakeTable) clone() *fakeTable {
 	return c
 }
 
-// FakeError is a rejected restore; it names the line like iptables does.
-type FakeError struct {
-	Line int
-	Text string
-	Msg  string
+// fakeRestore names the Fake in its errors.
+const fakeRestore = "iptables-restore (fake)"
+
+// restoreError is the Fake's *Error for input line n: the message is the
+// one the real tools print, so classify gives the same sentinel.
+func restoreError(table string, n int, line, msg string) *Error {
+	stderr := fmt.Sprintf("line %d failed: %s", n, msg)
+	return &Error{Binary: fakeRestore, Table: table, Line: line, Stderr: stderr, kind: classify(nil, stderr)}
 }
 
-func (e *FakeError) Error() string {
-	return fmt.Sprintf("line %d: %s (input: %s)", e.Line, e.Msg, e.Text)
+func noTable(binary, table string) *Error {
+	return &Error{Binary: binary, Table: table, Stderr: "Table does not exist", kind: ErrNotExist}
 }
 
 // Restore implements Runner.
@@ -100,7 +104,7 @@ func (f *Fake) Restore(_ context.Context, data []byte) error {
 		lineNo++
 		line := strings.TrimSpace(sc.Text())
 		fail := func(msg string, a ...any) error {
-			return &FakeError{Line: lineNo, Text: line, Msg: fmt.Sprintf(msg, a...)}
+			return restoreError(curName, lineNo, line, fmt.Sprintf(msg, a...))
 		}
 		switch {
 		case line == "" || strings.HasPrefix(line, "#"):
@@ -134,7 +138,7 @@ func (f *Fake) Restore(_ context.Context, data []byte) error {
 		}
 	}
 	if cur != nil {
-		return &FakeError{Line: lineNo, Msg: "no COMMIT line"}
+		return restoreError(curName, lineNo, "", "no COMMIT line")
 	}
 	for n, t := range staged {
 		f.tables[n] = t
@@ -166,7 +170,7 @@ func (t *fakeTable) apply(line string) error {
 		t.chains[name] = &fakeChain{}
 		return nil
 	}
-	args, err := tokenize(line)
+	args, err := SplitRule(line)
 	if err != nil {
 		return err
 	}
@@ -315,45 +319,13 @@ func checkHooks(table string, t *fakeTable) error {
 
 // jumpTarget returns the -j/-g target of a rule ("" if none).
 func jumpTarget(rule string) string {
-	args, _ := tokenize(rule)
+	args, _ := SplitRule(rule)
 	for i := 0; i+1 < len(args); i++ {
 		if args[i] == "-j" || args[i] == "-g" {
 			return args[i+1]
 		}
 	}
 	return ""
-}
-
-// tokenize splits a rule, honouring double quotes (kept in the token).
-func tokenize(s string) ([]string, error) {
-	var out []string
-	var cur strings.Builder
-	inQ, have := false, false
-	for i := 0; i < len(s); i++ {
-		ch := s[i]
-		switch {
-		case ch == '"':
-			inQ = !inQ
-			cur.WriteByte(ch)
-			have = true
-		case (ch == ' ' || ch == '\t') && !inQ:
-			if have {
-				out = append(out, cur.String())
-				cur.Reset()
-				have = false
-			}
-		default:
-			cur.WriteByte(ch)
-			have = true
-		}
-	}
-	if inQ {
-		return nil, fmt.Errorf("unterminated quote")
-	}
-	if have {
-		out = append(out, cur.String())
-	}
-	return out, nil
 }
 
 func joinRule(args []string) string { return strings.Join(args, " ") }
@@ -364,7 +336,7 @@ func (f *Fake) Save(_ context.Context, table string) ([]byte, error) {
 	defer f.mu.Unlock()
 	t, ok := f.tables[table]
 	if !ok {
-		return nil, fmt.Errorf("table %q does not exist", table)
+		return nil, noTable("iptables-save (fake)", table)
 	}
 	return []byte(dumpTable(table, t)), nil
 }
@@ -412,7 +384,7 @@ func (f *Fake) ListChain(_ context.Context, table, chain string) ([]string, bool
 	defer f.mu.Unlock()
 	t, ok := f.tables[table]
 	if !ok {
-		return nil, false, fmt.Errorf("table %q does not exist", table)
+		return nil, false, noTable("iptables (fake)", table)
 	}
 	c := t.chains[chain]
 	if c == nil {

@@ -1,4 +1,4 @@
-package cni
+package protocol
 
 import (
 	"bytes"
@@ -10,8 +10,8 @@ import (
 
 // encoding/json decodes by reflection, and the first decode of a type in
 // a process pays for walking it: 0.1-0.2 ms of every CNI command, whose
-// process decodes one configuration and exits. decodeConf takes a faster
-// path for what configurations usually hold: it scans the top-level object
+// process decodes one configuration and exits. Decode takes a faster path
+// for what configurations usually hold: it scans the top-level object
 // itself and sets string, number and boolean keys directly; only nested
 // values (dns, ranges, delegate, prevResult...) go to encoding/json, one
 // value at a time. Whatever the scan is unsure of — invalid JSON, a value
@@ -19,96 +19,82 @@ import (
 // matches case-insensitively, a repeated key — hands the whole document to
 // encoding/json, so the outcome, errors included, is always encoding/json's.
 
-// decodeConf decodes a network configuration into c, exactly as
-// json.Unmarshal does.
-func decodeConf(data []byte, c *NetConf) error {
-	if fastDecodeConf(data, c) {
+// Field is a top-level key of a configuration type C and how Decode's
+// fast path sets it; Set reports false to leave the whole document to
+// encoding/json.
+type Field[C any] struct {
+	Key string
+	Set func(c *C, raw []byte) bool
+}
+
+// maxFields is how many keys the fast path tracks (a bit each).
+const maxFields = 64
+
+// Decode decodes data into c exactly as json.Unmarshal does. fields must
+// name every key encoding/json would set in a C (the fast path leaves a
+// key it does not know alone, and encoding/json would not), and the
+// setters must set what encoding/json would.
+func Decode[C any](data []byte, c *C, fields []Field[C]) error {
+	if len(fields) <= maxFields && fastDecode(data, c, fields) {
 		return nil
 	}
-	*c = NetConf{}
+	var zero C
+	*c = zero
 	return json.Unmarshal(data, c)
 }
 
-// confField sets one top-level key; false means "let encoding/json do it".
-type confField struct {
-	key string
-	set func(c *NetConf, raw []byte) bool
-}
-
-var confFields = []confField{
-	{"cniVersion", setString(func(c *NetConf) *string { return &c.CNIVersion })},
-	{"name", setString(func(c *NetConf) *string { return &c.Name })},
-	{"type", setString(func(c *NetConf) *string { return &c.Type })},
-	{"subnetFile", setString(func(c *NetConf) *string { return &c.SubnetFile })},
-	{"dataDir", setString(func(c *NetConf) *string { return &c.DataDir })},
-	{"bridge", setString(func(c *NetConf) *string { return &c.Bridge })},
-	{"logFile", setString(func(c *NetConf) *string { return &c.LogFile })},
-	{"mtu", setInt(func(c *NetConf) *int { return &c.MTU })},
-	{"ipMasq", setBool(func(c *NetConf) *bool { return &c.IPMasq })},
-	{"forceAddress", setBool(func(c *NetConf) *bool { return &c.ForceAddress })},
-	{"hairpinMode", setBoolPtr(func(c *NetConf) **bool { return &c.HairpinMode })},
-	{"isDefaultGateway", setBoolPtr(func(c *NetConf) **bool { return &c.IsDefaultGateway })},
-	{"dns", setNested(func(c *NetConf) any { return &c.DNS })},
-	{"prevResult", setNested(func(c *NetConf) any { return &c.RawPrevResult })},
-	{validAttachmentsKey, setNested(func(c *NetConf) any { return &c.ValidAttachments })},
-	{legacyAttachmentsKey, setNested(func(c *NetConf) any { return &c.LegacyAttachments })},
-	{"ranges", setNested(func(c *NetConf) any { return &c.Ranges })},
-	{"delegate", setNested(func(c *NetConf) any { return &c.Delegate })},
-	{"ipam", setNested(func(c *NetConf) any { return &c.IPAM })},
-	{"args", setNested(func(c *NetConf) any { return &c.Args })},
-	{"runtimeConfig", setNested(func(c *NetConf) any { return &c.RuntimeConfig })},
-}
-
-// fastDecodeConf is decodeConf's fast path; false leaves c half set.
-func fastDecodeConf(data []byte, c *NetConf) bool {
+// fastDecode is Decode's fast path; false leaves c half set.
+func fastDecode[C any](data []byte, c *C, fields []Field[C]) bool {
 	var seen uint64
 	s := &jsonScanner{b: data}
 	return s.object(func(key, val []byte) bool {
 		if !plainASCII(key) {
 			return false // encoding/json unescapes and case-folds keys
 		}
-		i := confFieldIndex(string(key))
+		i := fieldIndex(fields, string(key))
 		switch {
 		case i < 0:
-			return !matchesFieldFolded(string(key)) // encoding/json would take it
+			return !matchesFieldFolded(fields, string(key)) // encoding/json would take it
 		case seen&(1<<i) != 0:
 			return false
 		}
 		seen |= 1 << i
-		return confFields[i].set(c, val)
+		return fields[i].Set(c, val)
 	}) && s.end()
 }
 
-func confFieldIndex(key string) int {
-	for i, f := range confFields {
-		if f.key == key {
+func fieldIndex[C any](fields []Field[C], key string) int {
+	for i, f := range fields {
+		if f.Key == key {
 			return i
 		}
 	}
 	return -1
 }
 
-func matchesFieldFolded(key string) bool {
-	for _, f := range confFields {
-		if strings.EqualFold(f.key, key) {
+func matchesFieldFolded[C any](fields []Field[C], key string) bool {
+	for _, f := range fields {
+		if strings.EqualFold(f.Key, key) {
 			return true
 		}
 	}
 	return false
 }
 
-func setString(field func(*NetConf) *string) func(*NetConf, []byte) bool {
-	return func(c *NetConf, raw []byte) bool {
+// StringField sets a string key.
+func StringField[C any](key string, field func(*C) *string) Field[C] {
+	return Field[C]{key, func(c *C, raw []byte) bool {
 		s, ok := plainString(raw)
 		if ok {
 			*field(c) = s
 		}
 		return ok
-	}
+	}}
 }
 
-func setInt(field func(*NetConf) *int) func(*NetConf, []byte) bool {
-	return func(c *NetConf, raw []byte) bool {
+// IntField sets an integer key.
+func IntField[C any](key string, field func(*C) *int) Field[C] {
+	return Field[C]{key, func(c *C, raw []byte) bool {
 		for i, ch := range raw {
 			if (ch < '0' || ch > '9') && !(i == 0 && ch == '-') {
 				return false // fractions and exponents: encoding/json decides
@@ -119,33 +105,38 @@ func setInt(field func(*NetConf) *int) func(*NetConf, []byte) bool {
 			*field(c) = n
 		}
 		return err == nil
-	}
+	}}
 }
 
-func setBool(field func(*NetConf) *bool) func(*NetConf, []byte) bool {
-	return func(c *NetConf, raw []byte) bool {
+// BoolField sets a boolean key.
+func BoolField[C any](key string, field func(*C) *bool) Field[C] {
+	return Field[C]{key, func(c *C, raw []byte) bool {
 		b, ok := plainBool(raw)
 		if ok {
 			*field(c) = b
 		}
 		return ok
-	}
+	}}
 }
 
-func setBoolPtr(field func(*NetConf) **bool) func(*NetConf, []byte) bool {
-	return func(c *NetConf, raw []byte) bool {
+// OptionalBoolField sets a boolean key whose absence means something (a
+// *bool).
+func OptionalBoolField[C any](key string, field func(*C) **bool) Field[C] {
+	return Field[C]{key, func(c *C, raw []byte) bool {
 		b, ok := plainBool(raw)
 		if ok {
 			*field(c) = &b
 		}
 		return ok
-	}
+	}}
 }
 
-func setNested(field func(*NetConf) any) func(*NetConf, []byte) bool {
-	return func(c *NetConf, raw []byte) bool {
+// NestedField hands a key's value to encoding/json (field returns a
+// pointer to decode into).
+func NestedField[C any](key string, field func(*C) any) Field[C] {
+	return Field[C]{key, func(c *C, raw []byte) bool {
 		return json.Unmarshal(raw, field(c)) == nil
-	}
+	}}
 }
 
 func plainBool(raw []byte) (bool, bool) {

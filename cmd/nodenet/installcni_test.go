@@ -1,0 +1,52 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestInstallCNI(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "nodenet-cni")
+	bin := filepath.Join(dir, "opt", "cni", "bin")
+	if err := os.WriteFile(src, []byte("plugin v1"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--source", src, "--cni-bin-dir", bin}
+	if err := runInstallCNI(t.Context(), args); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"nodenet", "flannel"} {
+		st, err := os.Stat(filepath.Join(bin, n))
+		if err != nil || st.Mode().Perm() != 0o755 {
+			t.Fatalf("%s: %v %v", n, st, err)
+		}
+	}
+	before, _ := os.Stat(filepath.Join(bin, "nodenet"))
+	if err := runInstallCNI(t.Context(), args); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := os.Stat(filepath.Join(bin, "nodenet")); !os.SameFile(before, after) {
+		t.Error("an identical plugin was replaced")
+	}
+	if err := os.WriteFile(src, []byte("plugin v2"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := runInstallCNI(t.Context(), append(args, "--names", "nodenet")); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(bin, "nodenet")); string(b) != "plugin v2" {
+		t.Errorf("not updated: %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(bin, "flannel")); string(b) != "plugin v1" {
+		t.Errorf("a name not asked for was touched: %q", b)
+	}
+	if err := runInstallCNI(t.Context(), append(args, "--names", "../evil")); err == nil || !strings.Contains(err.Error(), "not a path") {
+		t.Errorf("a path as a name: %v", err)
+	}
+	if err := runInstallCNI(t.Context(), []string{"--source", filepath.Join(dir, "missing"), "--cni-bin-dir", bin}); err == nil {
+		t.Error("a missing source installed")
+	}
+}

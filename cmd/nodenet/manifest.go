@@ -1,0 +1,84 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+
+	"github.com/nodenet/nodenet/daemonset/manifest"
+	"github.com/nodenet/nodenet/internal/atomicfile"
+)
+
+// runManifest is `nodenet manifest`: daemonset/nodenet.yaml for the given
+// options on stdout.
+func runManifest(_ context.Context, args []string) error {
+	fs := flag.NewFlagSet("manifest", flag.ContinueOnError)
+	o := manifest.Defaults()
+	var cidrs stringList
+	fs.StringVar(&o.ProxyMode, "proxy-mode", o.ProxyMode, "the proxy's data plane: iptables, nftables, ipvs or ebpf (ConfigMap key proxyMode)")
+	fs.StringVar(&o.Backend, "backend", o.Backend, "flanneld backend: host-gw or vxlan (net-conf.json Backend.Type)")
+	fs.Var(&cidrs, "cluster-cidr", "pod network(s), one per family, comma-separated (default 10.244.0.0/16)")
+	fs.Var((*stringList)(&o.NodePortAddresses), "nodeport-addresses", `CIDRs whose local addresses accept NodePorts, or "primary"; default all`)
+	fs.StringVar(&o.Image, "image", o.Image, "the nodenet image (make image builds it)")
+	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "namespace of the DaemonSet, its ServiceAccount and ConfigMap")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if len(cidrs) > 0 {
+		o.ClusterCIDRs = nil
+		for _, c := range cidrs {
+			p, err := netip.ParsePrefix(c)
+			if err != nil {
+				return fmt.Errorf("--cluster-cidr %q: %w", c, err)
+			}
+			o.ClusterCIDRs = append(o.ClusterCIDRs, p.Masked())
+		}
+	}
+	out, err := manifest.Render(o)
+	if err != nil {
+		return err
+	}
+	_, err = os.Stdout.Write(out)
+	return err
+}
+
+// runInstallCNI is `nodenet install-cni`, the DaemonSet's init container:
+// it copies the CNI plugin binary into the host's CNI bin directory under
+// each name, atomically (a kubelet may exec the old one meanwhile), and
+// leaves identical copies alone.
+func runInstallCNI(_ context.Context, args []string) error {
+	fs := flag.NewFlagSet("install-cni", flag.ContinueOnError)
+	src := fs.String("source", "/usr/local/bin/nodenet-cni", "the CNI plugin binary")
+	dir := fs.String("cni-bin-dir", "/opt/cni/bin", "the host's CNI plugin directory")
+	var names stringList
+	fs.Var(&names, "names", "plugin names to install it as, comma-separated (default nodenet,flannel: conflists written for flannel keep working)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if len(names) == 0 {
+		names = stringList{"nodenet", "flannel"}
+	}
+	data, err := os.ReadFile(*src)
+	if err != nil {
+		return fmt.Errorf("--source: %w", err)
+	}
+	for _, n := range names {
+		if n != filepath.Base(n) || n == "." || n == ".." {
+			return fmt.Errorf("--names %q: a plugin name is a file name, not a path", n)
+		}
+		dst := filepath.Join(*dir, n)
+		if old, err := os.ReadFile(dst); err == nil && bytes.Equal(old, data) {
+			fmt.Printf("%s: up to date\n", dst)
+			continue
+		}
+		if err := atomicfile.Write(dst, data, 0o755); err != nil {
+			return fmt.Errorf("install %s: %w", dst, err)
+		}
+		fmt.Printf("%s: installed from %s\n", dst, *src)
+	}
+	return nil
+}
