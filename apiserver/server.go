@@ -66,6 +66,11 @@ type Config struct {
 	// BookmarkInterval: how often watchers that allow bookmarks get one.
 	BookmarkInterval time.Duration
 	Logger           *slog.Logger
+	// Authorizer, when set, decides every resource request and access
+	// review instead of the default (every authenticated user may do
+	// everything); tests use it to hold the DaemonSet's RBAC rules to
+	// what the daemons really ask for.
+	Authorizer Authorizer
 	// DialNode opens connections to node agents (pods/log), like
 	// kube-apiserver's egress selector for the "cluster" network; nil
 	// dials directly.
@@ -195,6 +200,9 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, advertiseIP: advertiseIP, log: cfg.Logger, services: svcAlloc, metrics: newMetrics(), authz: allowAll{}, done: make(chan struct{})}
+	if cfg.Authorizer != nil {
+		s.authz = custom{cfg.Authorizer}
+	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	defer func() {

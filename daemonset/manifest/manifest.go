@@ -224,25 +224,20 @@ func typeMeta(apiVersion, kind string) metav1.TypeMeta {
 }
 
 // Rules are the least privilege the daemons need, each rule with the code
-// that needs it. TestRulesCoverRequests holds them to the requests the
-// daemons really make.
+// that needs it. TestManifestRBAC (cmd/nodenet) holds them to the requests
+// the daemons really make, under an API server that enforces them.
 func Rules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		// flanneld (kube subnet manager) watches nodes for their podCIDRs
 		// and peers' annotations; the proxy watches nodes for topology
 		// and its own node's addresses.
-		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list", "watch"}},
 		// flanneld publishes its backend annotations and clears
 		// NetworkUnavailable on its own node.
 		{APIGroups: []string{""}, Resources: []string{"nodes/status"}, Verbs: []string{"patch"}},
 		// The proxy's Service and EndpointSlice informers.
 		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
-		// The proxy drops traffic to unallocated ClusterIPs of the
-		// cluster's ServiceCIDRs.
-		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"servicecidrs"}, Verbs: []string{"list", "watch"}},
-		// Events about the node (both daemons).
-		{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch", "update"}},
 	}
 }
 
