@@ -27,9 +27,9 @@ import (
 
 	"github.com/nodenet/nodenet/controllers/nodeipam"
 	"github.com/nodenet/nodenet/flanneld"
-	"github.com/nodenet/nodenet/flanneld/subnetenv"
 	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/internal/testapi"
+	"github.com/nodenet/nodenet/subnetenv"
 )
 
 const (

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/nodenet/nodenet/flanneld"
-	"github.com/nodenet/nodenet/flanneld/subnetenv"
+	"github.com/nodenet/nodenet/subnetenv"
 )
 
 // runFlanneld is `nodenet flanneld`: upstream flanneld's flags, plus lease
