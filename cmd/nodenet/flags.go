@@ -4,8 +4,12 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
+	"slices"
 	"strings"
+
+	"github.com/nodenet/nodenet/internal/cidrlist"
 )
 
 // stringList is a repeatable, comma-separable flag (--etcd-servers a,b).
@@ -49,4 +53,38 @@ func (l *logFlags) logger(component string) (*slog.Logger, error) {
 		return nil, fmt.Errorf("--log-format %q: want text or json", l.format)
 	}
 	return slog.New(h).With("component", component), nil
+}
+
+// cidrsFlag is a CIDR-list flag (comma-separated, repeatable) parsed into
+// *dst and checked against its rule as each value is set, so a bad list
+// fails flag parsing with an error that names the flag. Every CIDR-list
+// flag of every subcommand goes through it: one syntax, one set of rules.
+type cidrsFlag struct {
+	dst  *[]netip.Prefix
+	rule cidrlist.Rule
+	raw  []string // values set so far
+}
+
+func newCIDRsFlag(dst *[]netip.Prefix, rule cidrlist.Rule) *cidrsFlag {
+	return &cidrsFlag{dst: dst, rule: rule}
+}
+
+func (f *cidrsFlag) String() string {
+	if f == nil || f.dst == nil {
+		return "" // the flag package asks a zero value for its default
+	}
+	return cidrlist.Join(*f.dst)
+}
+
+// Set adds one value. The rule applies to the whole list, so
+// "--cluster-cidr 10.244.0.0/16 --cluster-cidr 10.245.0.0/16" fails like
+// "--cluster-cidr 10.244.0.0/16,10.245.0.0/16".
+func (f *cidrsFlag) Set(v string) error {
+	raw := append(slices.Clip(f.raw), v)
+	ps, err := cidrlist.Parse(raw, f.rule)
+	if err != nil {
+		return err
+	}
+	f.raw, *f.dst = raw, ps
+	return nil
 }
