@@ -18,7 +18,7 @@ import (
 func runAPIServer(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("apiserver", flag.ContinueOnError)
 	var (
-		cfg       apiserver.Config
+		cfg  apiserver.Config
 		etcd stringList
 		sans stringList
 		logs logFlags
@@ -35,7 +35,7 @@ func runAPIServer(ctx context.Context, args []string) error {
 	cfg.ServiceClusterIPRanges = []netip.Prefix{apiserver.DefaultServiceClusterIPRange}
 	fs.Var(newCIDRsFlag(&cfg.ServiceClusterIPRanges, cidrlist.Rule{OnePerFamily: true, StrictHostBits: true}), "service-cluster-ip-range", "Service ClusterIP CIDR(s): one, or two of different families for dual-stack")
 	cfg.ServiceNodePortRange = apiserver.DefaultServiceNodePortRange
-	fs.Var(&portRangeFlag{&cfg.ServiceNodePortRange}, "service-node-port-range", "NodePort range")
+	fs.Var(&portRangeFlag{&cfg.ServiceNodePortRange}, "service-node-port-range", "NodePort range, `LOW-HIGH`")
 	fs.StringVar(&cfg.TokenAuthFile, "token-auth-file", "", "token CSV (token,user,uid,\"groups\"); default <data-dir>/tokens.csv, created with an admin token")
 	fs.Var(&sans, "tls-san", "extra DNS names or IPs for the serving certificate (repeatable)")
 	fs.IntVar(&cfg.WatchCacheSize, "watch-cache-size", 10000, "events kept per resource for resuming watches")
