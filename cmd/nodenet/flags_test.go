@@ -4,6 +4,7 @@ import (
 	"flag"
 	"io"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -126,5 +127,25 @@ func TestLBPoolMustNotOverlapClusterCIDRWithBothRouteControllers(t *testing.T) {
 	}
 	if _, err := f.enabled(); err == nil || !strings.Contains(err.Error(), "--lb-ip-pool 10.244.255.0/24 overlaps --cluster-cidr 10.244.0.0/16") {
 		t.Errorf("enabled: %v", err)
+	}
+}
+
+func TestRegexpListFlag(t *testing.T) {
+	var res []*regexp.Regexp
+	fs := flag.NewFlagSet("flanneld", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Var(&regexpList{&res}, "iface-regex", "")
+	if err := fs.Parse([]string{"--iface-regex", `^ens, ^192\.168\.`, "--iface-regex", "^eth"}); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, re := range res {
+		got = append(got, re.String())
+	}
+	if want := []string{"^ens", `^192\.168\.`, "^eth"}; !slices.Equal(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if err := fs.Parse([]string{"--iface-regex", "("}); err == nil || !strings.Contains(err.Error(), "flag -iface-regex: error parsing regexp") {
+		t.Errorf("bad regex: %v", err)
 	}
 }
