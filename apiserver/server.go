@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -49,10 +50,11 @@ type Config struct {
 	AdvertiseAddress string
 	// InsecurePort > 0 serves plain HTTP without authentication on 127.0.0.1.
 	InsecurePort int
-	// ServiceClusterIPRanges: one CIDR, or two of different families.
-	ServiceClusterIPRanges []string
-	// ServiceNodePortRange such as "30000-32767".
-	ServiceNodePortRange string
+	// ServiceClusterIPRanges: one CIDR, or two of different families
+	// (cidrlist.DualStack); default 10.96.0.0/12.
+	ServiceClusterIPRanges []netip.Prefix
+	// ServiceNodePortRange; the zero value means 30000-32767.
+	ServiceNodePortRange allocator.PortRange
 	// TokenAuthFile is a kube-style token CSV (token,user,uid,"group1,group2");
 	// empty means DataDir/tokens.csv, created with an admin token if missing.
 	TokenAuthFile string
@@ -77,6 +79,12 @@ type Config struct {
 	DialNode func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
+// Defaults of Config, as kube-apiserver's flags have them.
+var (
+	DefaultServiceClusterIPRange = netip.MustParsePrefix("10.96.0.0/12")
+	DefaultServiceNodePortRange  = allocator.PortRange{Base: 30000, Size: 2768}
+)
+
 func (c *Config) setDefaults() {
 	if c.EtcdPrefix == "" {
 		c.EtcdPrefix = "/registry"
@@ -85,10 +93,10 @@ func (c *Config) setDefaults() {
 		c.BindAddress = "127.0.0.1"
 	}
 	if len(c.ServiceClusterIPRanges) == 0 {
-		c.ServiceClusterIPRanges = []string{"10.96.0.0/12"}
+		c.ServiceClusterIPRanges = []netip.Prefix{DefaultServiceClusterIPRange}
 	}
-	if c.ServiceNodePortRange == "" {
-		c.ServiceNodePortRange = "30000-32767"
+	if c.ServiceNodePortRange == (allocator.PortRange{}) {
+		c.ServiceNodePortRange = DefaultServiceNodePortRange
 	}
 	if c.WatchCacheSize == 0 {
 		c.WatchCacheSize = 10000
@@ -191,11 +199,10 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
-	ports, err := allocator.ParsePortRange(cfg.ServiceNodePortRange)
-	if err != nil {
+	if err := cfg.ServiceNodePortRange.Validate(); err != nil {
 		return nil, fmt.Errorf("--service-node-port-range: %w", err)
 	}
-	svcAlloc, err := newServiceAllocator(cfg.ServiceClusterIPRanges, ports)
+	svcAlloc, err := newServiceAllocator(cfg.ServiceClusterIPRanges, cfg.ServiceNodePortRange)
 	if err != nil {
 		return nil, err
 	}

@@ -10,8 +10,8 @@ import (
 	"path/filepath"
 
 	"github.com/nodenet/nodenet/cni/protocol"
-	"github.com/nodenet/nodenet/flanneld/subnetenv"
 	"github.com/nodenet/nodenet/ipam/hostlocal"
+	"github.com/nodenet/nodenet/subnetenv"
 )
 
 // The flannel-style config ("type": "flannel") is upstream flannel's

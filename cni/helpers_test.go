@@ -19,9 +19,9 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/nodenet/nodenet/cni/protocol"
-	"github.com/nodenet/nodenet/flanneld/subnetenv"
 	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/ipam/hostlocal"
+	"github.com/nodenet/nodenet/subnetenv"
 )
 
 func TestMain(m *testing.M) {

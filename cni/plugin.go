@@ -11,8 +11,8 @@ import (
 
 	"github.com/nodenet/nodenet/cni/kernel"
 	"github.com/nodenet/nodenet/cni/protocol"
-	"github.com/nodenet/nodenet/flanneld/subnetenv"
 	"github.com/nodenet/nodenet/ipam/hostlocal"
+	"github.com/nodenet/nodenet/subnetenv"
 )
 
 // Plugin implements the CNI commands. Each method takes what the runtime

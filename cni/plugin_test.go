@@ -15,9 +15,9 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/nodenet/nodenet/cni/protocol"
-	"github.com/nodenet/nodenet/flanneld/subnetenv"
 	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/ipam/hostlocal"
+	"github.com/nodenet/nodenet/subnetenv"
 )
 
 // TestLifecycleAllVersions runs ADD, CHECK, DEL (twice), GC and STATUS in

@@ -4,9 +4,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodenet/nodenet/flanneld/subnetenv"
 	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/internal/testapi"
+	"github.com/nodenet/nodenet/subnetenv"
 )
 
 // TestDualStack: two dual-stack nodes per backend; pods ping each other

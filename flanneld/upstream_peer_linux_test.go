@@ -14,10 +14,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodenet/nodenet/flanneld/subnetenv"
 	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/internal/testapi"
 	"github.com/nodenet/nodenet/internal/upstream"
+	"github.com/nodenet/nodenet/subnetenv"
 )
 
 // TestUpstreamFlanneldPeering is issue 11 item 1's proof: upstream flanneld

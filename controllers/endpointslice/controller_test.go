@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/informers"
 
 	"github.com/nodenet/nodenet/apiserver"
+	"github.com/nodenet/nodenet/internal/cidrlist"
 	"github.com/nodenet/nodenet/internal/testapi"
 )
 
@@ -20,6 +21,9 @@ func TestNewValidatesOptions(t *testing.T) {
 	s := testapi.Start(t)
 	factory := informers.NewSharedInformerFactory(s.Client, 0)
 	for _, n := range []int{-1, 1001} {
+		if err := (Options{MaxEndpointsPerSlice: n}).Validate(); err == nil || !strings.Contains(err.Error(), "--max-endpoints-per-slice") {
+			t.Errorf("MaxEndpointsPerSlice=%d: Validate err %v, want one naming --max-endpoints-per-slice", n, err)
+		}
 		_, err := New(s.Client, factory, Options{MaxEndpointsPerSlice: n}, nil, nil)
 		if err == nil || !strings.Contains(err.Error(), "--max-endpoints-per-slice") {
 			t.Errorf("MaxEndpointsPerSlice=%d: err %v, want one naming --max-endpoints-per-slice", n, err)
@@ -508,7 +512,7 @@ func TestDriftRepaired(t *testing.T) {
 // family.
 func TestDualStack(t *testing.T) {
 	s := testapi.Start(t, func(c *apiserver.Config) {
-		c.ServiceClusterIPRanges = []string{"10.96.0.0/16", "fd00:10:96::/112"}
+		c.ServiceClusterIPRanges = cidrlist.MustParse("10.96.0.0/16", "fd00:10:96::/112")
 	})
 	cl := s.Client
 	startController(t, cl, Options{})
