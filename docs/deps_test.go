@@ -79,9 +79,9 @@ var rules = []rule{
 		forbid: nn("apiserver/...", "flanneld/...", "proxy/...", "cni/...", "node/...", "cluster/..."),
 	},
 	{
-		name: "the API server knows no component",
-		why:  "the API server is the hub every component talks to; it imports none of them",
-		from: nn("apiserver/..."),
+		name:   "the API server knows no component",
+		why:    "the API server is the hub every component talks to; it imports none of them",
+		from:   nn("apiserver/..."),
 		forbid: nn("controllers/...", "flanneld/...", "proxy/...", "cni/...", "node/...", "cluster/...", "routes/..."),
 	},
 	{
