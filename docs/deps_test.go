@@ -34,7 +34,7 @@ func nn(patterns ...string) []string {
 // list; "{self}" stands for the importing package.
 var (
 	// testSupport is code only tests link: it may import anything.
-	testSupport = nn("internal/nettest", "internal/testapi", "internal/testbin", "internal/upstream",
+	testSupport = nn("internal/nettest", "internal/testapi", "internal/testbin", "internal/upstream", "internal/kubectltest",
 		"proxy/proxytest", "bench/...", "docs")
 	// nodeSide is what runs on a node: the daemons and the libraries only
 	// they use.
