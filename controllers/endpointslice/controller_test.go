@@ -53,7 +53,7 @@ func TestPodLifecycle(t *testing.T) {
 	// A pod without an IP queues nothing, so there is no sync of web to
 	// wait for. A pod informer delivers events in order: once the barrier
 	// pod created after it has been handled, so has web-1.
-	mark := ctl.q.mark()
+	mark := ctl.q.Mark()
 	createPod(t, cl, podSpec{name: "web-1", app: "web", node: "node-a"})
 	createPod(t, cl, podSpec{name: "barrier-1", app: "barrier", node: "node-a", ips: []string{"10.244.1.99"}})
 	ctl.handled(t, testNS+"/barrier", mark)
@@ -241,7 +241,7 @@ func TestSplitChurnAndRestart(t *testing.T) {
 	before := resourceVersions(listSlices(t, cl, "big"))
 
 	// One readiness flip: one slice.
-	mark := ctl.q.mark()
+	mark := ctl.q.Mark()
 	setReady(t, cl, "big-123", false)
 	ss = waitSlices(t, cl, "big", "big-123 unready", func(ss []discoveryv1.EndpointSlice) bool {
 		ep, ok := endpointsByPod(t, ss)["big-123"]
@@ -255,7 +255,7 @@ func TestSplitChurnAndRestart(t *testing.T) {
 
 	// One new pod: one slice (the one with room), no new slice.
 	before = after
-	mark = ctl.q.mark()
+	mark = ctl.q.Mark()
 	createPod(t, cl, podSpec{name: "big-new", app: "big", node: "node-a", ips: []string{podIP(n)}, ready: true})
 	ss = waitSlices(t, cl, "big", "big-new listed", func(ss []discoveryv1.EndpointSlice) bool { return totalEndpoints(ss) == n+1 })
 	ctl.handled(t, testNS+"/big", mark)
@@ -266,7 +266,7 @@ func TestSplitChurnAndRestart(t *testing.T) {
 
 	// One pod gone: one slice.
 	before = after
-	mark = ctl.q.mark()
+	mark = ctl.q.Mark()
 	deletePod(t, cl, "big-007", ptr[int64](0))
 	ss = waitSlices(t, cl, "big", "big-007 gone", func(ss []discoveryv1.EndpointSlice) bool { return totalEndpoints(ss) == n })
 	ctl.handled(t, testNS+"/big", mark)

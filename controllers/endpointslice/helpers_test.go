@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/nodenet/nodenet/controllers/internal/queueprobe"
 	"github.com/nodenet/nodenet/internal/testapi"
 )
 
@@ -31,7 +32,7 @@ const (
 // running is one controller instance with its own informer factory.
 type running struct {
 	c    *Controller
-	q    *probedQueue
+	q    *queueprobe.Queue
 	stop func()
 }
 
@@ -47,7 +48,7 @@ func startController(t *testing.T, client kubernetes.Interface, opts Options) *r
 		t.Fatalf("new controller: %v", err)
 	}
 	// Before the informers start, so every handler call goes through it.
-	q := probe(c.queue)
+	q := queueprobe.Wrap(c.queue)
 	c.queue = q
 	factory.Start(ctx.Done())
 	done := make(chan struct{})
