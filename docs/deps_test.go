@@ -129,6 +129,14 @@ var rules = []rule{
 		forbid: testSupport,
 	},
 	{
+		name: "the products never build images",
+		why: "daemonset/image packs the node daemons' image at build time (make image, cmd/nodenet-image); " +
+			"the binaries it packs must not carry it",
+		from:   nn("..."),
+		except: append(nn("daemonset/...", "cmd/nodenet-image"), testSupport...),
+		forbid: nn("daemonset/..."),
+	},
+	{
 		name:   "nothing imports cmd/",
 		why:    "cmd/ is where flags are parsed into typed options; libraries take those options and never reach back",
 		from:   nn("..."),
