@@ -35,7 +35,7 @@ func nn(patterns ...string) []string {
 var (
 	// testSupport is code only tests link: it may import anything.
 	testSupport = nn("internal/nettest", "internal/testapi", "internal/testbin", "internal/upstream", "internal/kubectltest",
-		"controllers/internal/queueprobe", "proxy/proxytest", "bench/...", "docs")
+		"internal/iptables/iptablestest", "controllers/internal/queueprobe", "proxy/proxytest", "bench/...", "docs")
 	// nodeSide is what runs on a node: the daemons and the libraries only
 	// they use.
 	nodeSide = nn("flanneld/...", "proxy/...", "cni/...", "node/...", "routes/...", "ipam/...", "cmd/nodenet-cni")
@@ -92,6 +92,26 @@ var rules = []rule{
 		forbid: nn("flanneld/..."),
 	},
 	{
+		name: "the CNI plugin binary links only the plugin's packages",
+		why: "cmd/nodenet-cni is exec'd per pod command; it links the plugin (cni/), the allocator (ipam/), " +
+			"subnet.env's format and internal/ plumbing, nothing of the daemons",
+		from:   nn("cmd/nodenet-cni"),
+		forbid: nn("..."),
+		allow:  nn("cni/...", "ipam/...", "internal/...", "flanneld/subnetenv"),
+	},
+	{
+		name:   "the CNI protocol layer knows no kernel and no plugin",
+		why:    "cni/protocol is the CNI wire format only; the plugin (cni) puts protocol and kernel work together",
+		from:   nn("cni/protocol/..."),
+		forbid: nn("cni", "cni/kernel/..."),
+	},
+	{
+		name:   "the CNI kernel layer knows no protocol and no plugin",
+		why:    "cni/kernel does the rtnetlink work for any caller; the plugin (cni) puts protocol and kernel work together",
+		from:   nn("cni/kernel/..."),
+		forbid: nn("cni", "cni/protocol/..."),
+	},
+	{
 		name:   "the proxy core imports no data plane",
 		why:    "proxy/ is data-plane independent; proxy/app holds the --proxy-mode switch and cmd/nodenet hands it the modes",
 		from:   nn("proxy"),
@@ -127,14 +147,6 @@ var rules = []rule{
 		from:   nn("..."),
 		except: testSupport,
 		forbid: testSupport,
-	},
-	{
-		name: "the products never build images",
-		why: "daemonset/image packs the node daemons' image at build time (make image, cmd/nodenet-image); " +
-			"the binaries it packs must not carry it",
-		from:   nn("..."),
-		except: append(nn("daemonset/...", "cmd/nodenet-image"), testSupport...),
-		forbid: nn("daemonset/..."),
 	},
 	{
 		name:   "nothing imports cmd/",
