@@ -29,7 +29,7 @@ func (l *stringList) Set(v string) error {
 	return nil
 }
 
-// logFlags adds --v / --log-level and --log-format and builds the logger.
+// logFlags adds --log-level and --log-format and builds the logger.
 type logFlags struct {
 	level  string
 	format string

@@ -18,6 +18,9 @@ import (
 // iptables ↔ nftables switch is tested here too: each mode must leave no
 // state of the other behind, and a ClusterIP keeps working across switches.
 func TestProxyModeSwitchIPTablesNFTables(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: switches proxy modes in the kernel; make test runs it")
+	}
 	nettest.RequirePrivileged(t)
 	nettest.RequireTool(t, "nft")
 	nettest.RequireTool(t, "iptables-restore")
