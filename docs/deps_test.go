@@ -97,7 +97,15 @@ var rules = []rule{
 			"subnet.env's format and internal/ plumbing, nothing of the daemons",
 		from:   nn("cmd/nodenet-cni"),
 		forbid: nn("..."),
-		allow:  nn("cni/...", "ipam/...", "internal/...", "flanneld/subnetenv"),
+		allow:  nn("cni/...", "ipam/...", "internal/...", "subnetenv"),
+	},
+	{
+		name: "only the image builder links the image builder",
+		why: "daemonset/image compiles binaries and unpacks Debian packages; the product renders the manifest " +
+			"from the daemonset leaf's names and never builds images",
+		from:   nn("..."),
+		except: nn("cmd/nodenet-image", "daemonset/image/..."),
+		forbid: nn("daemonset/image/..."),
 	},
 	{
 		name:   "the CNI protocol layer knows no kernel and no plugin",

@@ -19,7 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodenet/nodenet/apiserver"
-	"github.com/nodenet/nodenet/daemonset/image"
+	"github.com/nodenet/nodenet/daemonset"
 	"github.com/nodenet/nodenet/daemonset/manifest"
 	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/internal/testapi"
@@ -127,8 +127,8 @@ func TestManifestRBAC(t *testing.T) {
 	}
 	procs := map[string]*nettest.Process{}
 	for _, c := range pod.Containers {
-		if c.Command[0] != image.NodenetPath {
-			t.Fatalf("%s runs %s, not %s", c.Name, c.Command[0], image.NodenetPath)
+		if c.Command[0] != daemonset.NodenetPath {
+			t.Fatalf("%s runs %s, not %s", c.Name, c.Command[0], daemonset.NodenetPath)
 		}
 		var args []string
 		for _, a := range c.Command[1:] {
