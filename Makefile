@@ -70,6 +70,10 @@ IMAGE_TAG ?=
 image:
 	$(GO) run ./cmd/nodenet-image --out $(BIN)/nodenet-image.tar $(if $(IMAGE_TAG),--tag $(IMAGE_TAG))
 
+# test-short is the quick loop while editing: -short skips the tests that
+# start local clusters, node agents, upstream binaries, the real-kernel
+# data-plane suites and every kubectl version (each says so in its skip
+# reason). `make test` and CI run everything; never add -short there.
 test-short:
 	$(GO) test -short -count=1 $(PKGS)
 

@@ -3,9 +3,9 @@ package apiserver
 // ServiceAccounts and rbac.authorization.k8s.io/v1 Roles, ClusterRoles and
 // their bindings are stored and served as plain objects, so that manifests
 // that ship them (daemonset/nodenet.yaml does) apply unchanged with
-// kubectl. They grant nothing: this server's one authorizer lets every
-// authenticated user do everything (authz.go), and service account tokens
-// are not issued.
+// kubectl. They grant nothing: the server's authorizer (allow-all, or an
+// embedder's Config.Authorizer; authz.go) does not read them, and service
+// account tokens are not issued.
 
 import (
 	"strings"

@@ -16,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodenet/nodenet/apiserver"
+	"github.com/nodenet/nodenet/apiserver/allocator"
+	"github.com/nodenet/nodenet/internal/cidrlist"
 )
 
 func clusterIPService(name string) *corev1.Service {
@@ -349,7 +351,7 @@ func TestServiceAllocationConcurrent(t *testing.T) {
 // concurrent creates: every create that has a free port left must succeed,
 // even when two creates raced for the same port.
 func TestServiceNodePortsFillConcurrently(t *testing.T) {
-	ts := startServer(t, func(c *apiserver.Config) { c.ServiceNodePortRange = "30000-30119" })
+	ts := startServer(t, func(c *apiserver.Config) { c.ServiceNodePortRange = allocator.PortRange{Base: 30000, Size: 120} })
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	const ns, n = "fill", 120
@@ -371,7 +373,7 @@ func TestServiceNodePortsFillConcurrently(t *testing.T) {
 
 func TestServiceDualStack(t *testing.T) {
 	ts := startServer(t, func(c *apiserver.Config) {
-		c.ServiceClusterIPRanges = []string{"10.96.0.0/16", "fd00:10:96::/112"}
+		c.ServiceClusterIPRanges = cidrlist.MustParse("10.96.0.0/16", "fd00:10:96::/112")
 	})
 	ctx := ctxT(t)
 	v4, v6 := netip.MustParsePrefix("10.96.0.0/16"), netip.MustParsePrefix("fd00:10:96::/112")
@@ -427,8 +429,8 @@ func TestServiceDualStack(t *testing.T) {
 // nothing, and freed values come back — also after a restart.
 func TestServiceRangeExhaustion(t *testing.T) {
 	ts := startServer(t, func(c *apiserver.Config) {
-		c.ServiceClusterIPRanges = []string{"10.100.0.0/29"}
-		c.ServiceNodePortRange = "30000-30002"
+		c.ServiceClusterIPRanges = cidrlist.MustParse("10.100.0.0/29")
+		c.ServiceNodePortRange = allocator.PortRange{Base: 30000, Size: 3}
 	})
 	ctx := ctxT(t)
 	svcs := ts.client.CoreV1().Services("default")
@@ -519,7 +521,7 @@ func TestServiceRangeExhaustion(t *testing.T) {
 // another value — not reported as "already allocated", which is only right
 // for values the client asked for.
 func TestServiceAllocationStaleHints(t *testing.T) {
-	ts := startServer(t, func(c *apiserver.Config) { c.ServiceClusterIPRanges = []string{"10.100.0.0/29"} })
+	ts := startServer(t, func(c *apiserver.Config) { c.ServiceClusterIPRanges = cidrlist.MustParse("10.100.0.0/29") })
 	ctx := ctxT(t)
 	// .1 is the kubernetes service; another server claims all of .2-.6 but
 	// one. Each round restarts, so the allocator starts from a true view.

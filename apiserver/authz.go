@@ -27,6 +27,8 @@ type authzAttributes struct {
 	resourceRequest                bool
 	group, resource, subresource   string
 	namespace, name, nonResourceAt string
+	// userAgent is the client's User-Agent ("" for access reviews).
+	userAgent string
 }
 
 type authzDecision struct {
@@ -52,6 +54,42 @@ func (allowAll) rules(user, string) authorizationv1.SubjectRulesReviewStatus {
 	}
 }
 
+// Attributes are what an Authorizer is asked about one resource request.
+type Attributes struct {
+	User      string
+	Groups    []string
+	UserAgent string // "" when an access review asks
+	Verb      string
+	Group     string
+	Resource  string
+	// Subresource is e.g. "status"; Namespace and Name may be empty.
+	Subresource, Namespace, Name string
+}
+
+// Authorizer decides resource requests for an embedder (Config.Authorizer).
+type Authorizer interface {
+	Authorize(Attributes) (allowed bool, reason string)
+}
+
+// custom adapts an Authorizer. Non-resource requests (discovery, /version,
+// health) stay allowed: an Authorizer is about resources.
+type custom struct{ a Authorizer }
+
+func (c custom) authorize(u user, a authzAttributes) authzDecision {
+	if !a.resourceRequest {
+		return authzDecision{allowed: true, reason: "non-resource requests are allowed"}
+	}
+	ok, why := c.a.Authorize(Attributes{User: u.Name, Groups: u.Groups, UserAgent: a.userAgent, Verb: a.verb, Group: a.group,
+		Resource: a.resource, Subresource: a.subresource, Namespace: a.namespace, Name: a.name})
+	return authzDecision{allowed: ok, reason: why}
+}
+
+// rules cannot be listed from an opaque Authorizer: the review says so.
+func (custom) rules(user, string) authorizationv1.SubjectRulesReviewStatus {
+	return authorizationv1.SubjectRulesReviewStatus{Incomplete: true, EvaluationError: "rules come from an embedder's authorizer and cannot be listed",
+		ResourceRules: []authorizationv1.ResourceRule{}, NonResourceRules: []authorizationv1.NonResourceRule{}}
+}
+
 // unsecuredUser is who a request on --insecure-port is: it has no token,
 // and kube-apiserver's old insecure port gave it this identity.
 var unsecuredUser = user{Name: "system:unsecured", Groups: []string{"system:masters", "system:authenticated"}}
@@ -70,7 +108,7 @@ func (s *Server) authorizeResource(r *http.Request, verb string, req *apiRequest
 	u := requestUser(r)
 	d := s.authz.authorize(u, authzAttributes{
 		verb: verb, resourceRequest: true, group: req.res.gv.Group, resource: req.res.plural, subresource: req.sub,
-		namespace: req.namespace, name: req.name,
+		namespace: req.namespace, name: req.name, userAgent: r.UserAgent(),
 	})
 	if d.allowed {
 		return nil

@@ -22,6 +22,9 @@ import (
 // issue 11 found missing: ServiceCIDRs and IPAddresses, Endpoints (filled
 // by the endpoints controller), auth can-i and auth whoami.
 func TestKubectlUpstreamResources(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: runs kubectl over every upstream resource; make test runs it")
+	}
 	bins := kubectlBinaries(t)
 	ts, _ := startServerWithAlice(t)
 	ctx := ctxT(t)

@@ -22,48 +22,19 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodenet/nodenet/apiserver"
+	"github.com/nodenet/nodenet/internal/kubectltest"
 )
 
-// The real kubectl clients shipped beside the target of /usr/bin/kubectl as
-// kubectl.1.NN. The oldest and the newest supported ones are exercised.
+// The oldest and the newest supported kubectl clients are exercised in
+// depth; TestKubectlEveryVersionSmoke runs every one on the machine.
 var kubectlVersions = []string{"1.27", "1.33"}
 
-const kubectlLink = "/usr/bin/kubectl"
-
-// kubectlBinaries finds kubectl.1.NN for every version in kubectlVersions.
-// When they are missing the test is skipped, unless NODENET_PRIVILEGED=1
-// (as in CI), where a missing client is a failure.
+// kubectlBinaries finds kubectl.1.NN for every version in kubectlVersions
+// (internal/kubectltest: skips without them, fails under
+// NODENET_PRIVILEGED=1).
 func kubectlBinaries(t *testing.T) map[string]string {
 	t.Helper()
-	missing := func(format string, args ...any) {
-		t.Helper()
-		reason := fmt.Sprintf(format, args...)
-		if os.Getenv("NODENET_PRIVILEGED") == "1" {
-			t.Fatalf("NODENET_PRIVILEGED=1 but the kubectl clients are not available: %s", reason)
-		}
-		t.Skipf("skipping: real kubectl clients not available: %s (set NODENET_PRIVILEGED=1 to make this a failure)", reason)
-	}
-	target, err := filepath.EvalSymlinks(kubectlLink)
-	if err != nil {
-		missing("resolve %s: %v", kubectlLink, err)
-	}
-	dir := filepath.Dir(target)
-	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-		missing("directory %s (from %s -> %s) is missing", dir, kubectlLink, target)
-	}
-	bins := map[string]string{}
-	for _, v := range kubectlVersions {
-		p := filepath.Join(dir, "kubectl."+v)
-		fi, err := os.Stat(p)
-		if err != nil {
-			missing("%s: %v", p, err)
-		}
-		if fi.IsDir() || fi.Mode().Perm()&0o111 == 0 {
-			missing("%s is not an executable file", p)
-		}
-		bins[v] = p
-	}
-	return bins
+	return kubectltest.Versions(t, kubectlVersions...)
 }
 
 // kubectlCmd runs one kubectl binary against the test server.

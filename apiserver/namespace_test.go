@@ -161,6 +161,9 @@ func TestNamespaceDeletionEmptiesIt(t *testing.T) {
 // creating objects in them: every create is either refused or removed with
 // the namespace — nothing may outlive it.
 func TestNamespaceDeletionRacingCreates(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: a race stress test; make test runs it")
+	}
 	ts := startServer(t)
 	ctx := ctxT(t)
 	c := ts.client

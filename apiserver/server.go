@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -49,10 +50,11 @@ type Config struct {
 	AdvertiseAddress string
 	// InsecurePort > 0 serves plain HTTP without authentication on 127.0.0.1.
 	InsecurePort int
-	// ServiceClusterIPRanges: one CIDR, or two of different families.
-	ServiceClusterIPRanges []string
-	// ServiceNodePortRange such as "30000-32767".
-	ServiceNodePortRange string
+	// ServiceClusterIPRanges: one CIDR, or two of different families
+	// (cidrlist.DualStack); default 10.96.0.0/12.
+	ServiceClusterIPRanges []netip.Prefix
+	// ServiceNodePortRange; the zero value means 30000-32767.
+	ServiceNodePortRange allocator.PortRange
 	// TokenAuthFile is a kube-style token CSV (token,user,uid,"group1,group2");
 	// empty means DataDir/tokens.csv, created with an admin token if missing.
 	TokenAuthFile string
@@ -66,11 +68,22 @@ type Config struct {
 	// BookmarkInterval: how often watchers that allow bookmarks get one.
 	BookmarkInterval time.Duration
 	Logger           *slog.Logger
+	// Authorizer, when set, decides every resource request and access
+	// review instead of the default (every authenticated user may do
+	// everything); tests use it to hold the DaemonSet's RBAC rules to
+	// what the daemons really ask for.
+	Authorizer Authorizer
 	// DialNode opens connections to node agents (pods/log), like
 	// kube-apiserver's egress selector for the "cluster" network; nil
 	// dials directly.
 	DialNode func(ctx context.Context, network, addr string) (net.Conn, error)
 }
+
+// Defaults of Config, as kube-apiserver's flags have them.
+var (
+	DefaultServiceClusterIPRange = netip.MustParsePrefix("10.96.0.0/12")
+	DefaultServiceNodePortRange  = allocator.PortRange{Base: 30000, Size: 2768}
+)
 
 func (c *Config) setDefaults() {
 	if c.EtcdPrefix == "" {
@@ -80,10 +93,10 @@ func (c *Config) setDefaults() {
 		c.BindAddress = "127.0.0.1"
 	}
 	if len(c.ServiceClusterIPRanges) == 0 {
-		c.ServiceClusterIPRanges = []string{"10.96.0.0/12"}
+		c.ServiceClusterIPRanges = []netip.Prefix{DefaultServiceClusterIPRange}
 	}
-	if c.ServiceNodePortRange == "" {
-		c.ServiceNodePortRange = "30000-32767"
+	if c.ServiceNodePortRange == (allocator.PortRange{}) {
+		c.ServiceNodePortRange = DefaultServiceNodePortRange
 	}
 	if c.WatchCacheSize == 0 {
 		c.WatchCacheSize = 10000
@@ -186,15 +199,17 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create data dir: %w", err)
 	}
-	ports, err := allocator.ParsePortRange(cfg.ServiceNodePortRange)
-	if err != nil {
+	if err := cfg.ServiceNodePortRange.Validate(); err != nil {
 		return nil, fmt.Errorf("--service-node-port-range: %w", err)
 	}
-	svcAlloc, err := newServiceAllocator(cfg.ServiceClusterIPRanges, ports)
+	svcAlloc, err := newServiceAllocator(cfg.ServiceClusterIPRanges, cfg.ServiceNodePortRange)
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, advertiseIP: advertiseIP, log: cfg.Logger, services: svcAlloc, metrics: newMetrics(), authz: allowAll{}, done: make(chan struct{})}
+	if cfg.Authorizer != nil {
+		s.authz = custom{cfg.Authorizer}
+	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
 	defer func() {

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/nodenet/nodenet/apiserver"
+	"github.com/nodenet/nodenet/internal/cidrlist"
 	"github.com/nodenet/nodenet/internal/testapi"
 )
 
@@ -40,7 +41,7 @@ func startInformer(t *testing.T, client kubernetes.Interface, pick func(informer
 // default one must carry the configured ranges and Ready=True.
 func TestServiceCIDRAsKubeProxyWatchesIt(t *testing.T) {
 	ts := startServer(t, func(c *apiserver.Config) {
-		c.ServiceClusterIPRanges = []string{"10.96.0.0/16", "fd00:10:96::/112"}
+		c.ServiceClusterIPRanges = cidrlist.MustParse("10.96.0.0/16", "fd00:10:96::/112")
 	})
 	ctx := ctxT(t)
 	inf := startInformer(t, ts.client, func(f informers.SharedInformerFactory) cache.SharedIndexInformer {
@@ -101,7 +102,7 @@ func TestServiceCIDRFollowsFlags(t *testing.T) {
 	if err != nil || !slices.Equal(sc.Spec.CIDRs, []string{"10.96.0.0/12"}) {
 		t.Fatalf("default ServiceCIDR %v, %v; want 10.96.0.0/12", sc.Spec.CIDRs, err)
 	}
-	ts.cfg.ServiceClusterIPRanges = []string{"10.96.0.0/12", "fd00:10:96::/112"}
+	ts.cfg.ServiceClusterIPRanges = cidrlist.MustParse("10.96.0.0/12", "fd00:10:96::/112")
 	ts.restart(t)
 	sc, err = ts.client.NetworkingV1().ServiceCIDRs().Get(ctx, "kubernetes", metav1.GetOptions{})
 	if err != nil || !slices.Equal(sc.Spec.CIDRs, []string{"10.96.0.0/12", "fd00:10:96::/112"}) || sc.Generation != 2 {
@@ -160,7 +161,7 @@ func mapsEqual(a, b map[string]string) bool {
 // converged with the Services' claims after a restart.
 func TestIPAddressesFollowServices(t *testing.T) {
 	ts := startServer(t, func(c *apiserver.Config) {
-		c.ServiceClusterIPRanges = []string{"10.96.0.0/16", "fd00:10:96::/112"}
+		c.ServiceClusterIPRanges = cidrlist.MustParse("10.96.0.0/16", "fd00:10:96::/112")
 	})
 	ctx := ctxT(t)
 	set := &ipAddressSet{inf: startInformer(t, ts.client, func(f informers.SharedInformerFactory) cache.SharedIndexInformer {

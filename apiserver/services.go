@@ -2,6 +2,7 @@ package apiserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/nodenet/nodenet/apiserver/allocator"
 	"github.com/nodenet/nodenet/apiserver/storage"
+	"github.com/nodenet/nodenet/internal/cidrlist"
 )
 
 // claimer allocates values that must be unique across objects. The values
@@ -69,20 +71,20 @@ type serviceAllocator struct {
 	ipObjects *storage.Store
 }
 
-func newServiceAllocator(cidrs []string, ports allocator.PortRange) (*serviceAllocator, error) {
-	if len(cidrs) == 0 || len(cidrs) > 2 {
-		return nil, fmt.Errorf("--service-cluster-ip-range: want one CIDR or two of different families, got %d", len(cidrs))
+func newServiceAllocator(cidrs []netip.Prefix, ports allocator.PortRange) (*serviceAllocator, error) {
+	if len(cidrs) == 0 {
+		return nil, errors.New("--service-cluster-ip-range: want one CIDR or two of different families, got none")
+	}
+	if err := cidrlist.Check(cidrs, cidrlist.DualStack); err != nil {
+		return nil, fmt.Errorf("--service-cluster-ip-range: %w", err)
 	}
 	a := &serviceAllocator{ranges: map[corev1.IPFamily]*allocator.IPRange{}, ports: ports, ips: allocator.NewSet(), nodePorts: allocator.NewSet()}
 	for i, c := range cidrs {
-		r, err := allocator.NewIPRange(strings.TrimSpace(c))
+		r, err := allocator.NewIPRange(c)
 		if err != nil {
 			return nil, fmt.Errorf("--service-cluster-ip-range: %w", err)
 		}
 		fam := familyOf(r.Prefix().Addr())
-		if a.ranges[fam] != nil {
-			return nil, fmt.Errorf("--service-cluster-ip-range: two %s ranges; dual-stack needs one of each family", fam)
-		}
 		a.ranges[fam] = r
 		if i == 0 {
 			a.primary = fam

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nodenet/nodenet/apiserver/allocator"
 	"github.com/nodenet/nodenet/apiserver/storage"
+	"github.com/nodenet/nodenet/internal/cidrlist"
 )
 
 // TestAbandonKeepsAValueTakenUnderEitherKey: a ClusterIP is claimed under
@@ -17,7 +18,7 @@ import (
 // again and a create fails with "could not allocate after 16 attempts"
 // while a free IP exists (a flake TestServiceAllocationStaleHints showed).
 func TestAbandonKeepsAValueTakenUnderEitherKey(t *testing.T) {
-	a, err := newServiceAllocator([]string{"10.100.0.0/29"}, allocator.PortRange{Base: 30000, Size: 10})
+	a, err := newServiceAllocator(cidrlist.MustParse("10.100.0.0/29"), allocator.PortRange{Base: 30000, Size: 10})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodenet/nodenet/flanneld/subnetenv"
 	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/ipam/hostlocal"
+	"github.com/nodenet/nodenet/subnetenv"
 )
 
 // BenchmarkCNIAddDel compares nodenet-cni with Debian's bridge + host-local

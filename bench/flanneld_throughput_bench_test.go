@@ -27,9 +27,10 @@ import (
 
 	"github.com/nodenet/nodenet/controllers/nodeipam"
 	"github.com/nodenet/nodenet/flanneld"
-	"github.com/nodenet/nodenet/flanneld/subnetenv"
+	"github.com/nodenet/nodenet/internal/cidrlist"
 	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/internal/testapi"
+	"github.com/nodenet/nodenet/subnetenv"
 )
 
 const (
@@ -263,7 +264,7 @@ func tputCluster(b *testing.B, backend, txCsum string) (*nettest.NS, *nettest.NS
 // tputStartIPAM runs the node IPAM controller until the benchmark ends.
 func tputStartIPAM(b *testing.B, api *testapi.Server, cidrs ...string) {
 	factory := informers.NewSharedInformerFactory(api.Client, 0)
-	ctrl, err := nodeipam.New(api.Client, factory, nodeipam.Options{ClusterCIDRs: cidrs}, nil, testapi.Logger())
+	ctrl, err := nodeipam.New(api.Client, factory, nodeipam.Options{ClusterCIDRs: cidrlist.MustParse(cidrs...)}, nil, testapi.Logger())
 	if err != nil {
 		b.Fatal(err)
 	}

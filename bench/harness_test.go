@@ -16,6 +16,9 @@ import (
 // process and checks that the harness counts right. It checks no timings:
 // performance figures come from the benchmarks.
 func TestHarnessSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds and loads a real API server process; make test runs it")
+	}
 	const (
 		n        = 50
 		workers  = 8
@@ -133,6 +136,9 @@ func TestHarnessSmoke(t *testing.T) {
 // TestStartFailureLeavesNothing: a server that cannot start is reported with
 // its log, and neither its process nor its temp dir survive.
 func TestStartFailureLeavesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: builds and starts API server processes; make test runs it")
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	bin, err := BuildBinary(ctx, t.TempDir())

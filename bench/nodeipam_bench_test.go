@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/nodenet/nodenet/controllers/nodeipam"
+	"github.com/nodenet/nodenet/internal/cidrlist"
 	"github.com/nodenet/nodenet/internal/testapi"
 )
 
@@ -79,7 +80,7 @@ func runNodeIPAM(b *testing.B, n, createWorkers, controllerWorkers int) nodeIPAM
 		}
 	}))
 	ctrlFactory := informers.NewSharedInformerFactory(ctrlClient, 0)
-	ctrl, err := nodeipam.New(ctrlClient, ctrlFactory, nodeipam.Options{ClusterCIDRs: []string{"10.128.0.0/9"}}, nil, testapi.Logger())
+	ctrl, err := nodeipam.New(ctrlClient, ctrlFactory, nodeipam.Options{ClusterCIDRs: cidrlist.MustParse("10.128.0.0/9")}, nil, testapi.Logger())
 	if err != nil {
 		b.Fatal(err)
 	}

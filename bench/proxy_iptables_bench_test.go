@@ -19,6 +19,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	ipt "github.com/nodenet/nodenet/internal/iptables"
 	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/proxy"
 	"github.com/nodenet/nodenet/proxy/iptables"
@@ -137,7 +138,7 @@ func BenchmarkProxyIPTables(b *testing.B) {
 func runProxyIPTablesBench(b *testing.B, n int) {
 	ctx := context.Background()
 	topo := newProxyBenchTopology(b)
-	runner := iptables.ExecRunner{Prefix: []string{"ip", "netns", "exec", topo.node.Name()}, Family: proxy.IPv4, Variant: iptables.Variant(*flagProxyVariant)}
+	runner := ipt.New(ipt.Prefixed("ip", "netns", "exec", topo.node.Name()), ipt.IPv4, ipt.Backend(*flagProxyVariant))
 	p, sy := proxySyncs(b, ctx, n, func() proxy.DataPlane { return iptables.New(proxy.IPv4, runner, nil) })
 	rng := rand.New(rand.NewPCG(uint64(n), 7))
 	ch := Summarize(replaceEndpoints(b, ctx, p, n, rng))

@@ -32,7 +32,8 @@ func BenchmarkProxyNFTables(b *testing.B) {
 func runProxyNFTablesBench(b *testing.B, n int) {
 	ctx := context.Background()
 	topo := newProxyBenchTopology(b)
-	runner := nftables.ExecRunner{Netns: topo.node.Name()}
+	runner := &nftables.ExecRunner{Netns: topo.node.Name()}
+	defer runner.Close()
 	p, sy := proxySyncs(b, ctx, n, func() proxy.DataPlane { return nftables.New(proxy.IPv4, runner, nil) })
 
 	// The floor of the CLI: one nft process that needs no ruleset cache.

@@ -118,7 +118,7 @@ func StartServer(ctx context.Context, opts ServerOptions) (_ *Server, err error)
 		if err == nil {
 			return s, nil
 		}
-		if attempt >= 3 || !strings.Contains(err.Error(), "address already in use") {
+		if attempt >= 3 || !errors.Is(err, errPortTaken) {
 			return nil, err
 		}
 		s.kill()
@@ -127,6 +127,10 @@ func StartServer(ctx context.Context, opts ServerOptions) (_ *Server, err error)
 		_ = os.RemoveAll(s.DataDir)
 	}
 }
+
+// errPortTaken: the server exited because another process bound its port
+// between freePort and the server's listen; start again with another.
+var errPortTaken = errors.New("port taken")
 
 func freePort() (int, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -177,7 +181,12 @@ func (s *Server) waitReady(ctx context.Context, timeout time.Duration) error {
 	for {
 		select {
 		case <-s.exited:
-			return fmt.Errorf("nodenet apiserver exited during start-up (%v):\n%s", s.waitErr, s.LogTail(4096))
+			tail := s.LogTail(4096)
+			err := fmt.Errorf("nodenet apiserver exited during start-up (%v):\n%s", s.waitErr, tail)
+			if strings.Contains(tail, "address already in use") {
+				err = fmt.Errorf("%w: %w", errPortTaken, err)
+			}
+			return err
 		case <-ctx.Done():
 			return fmt.Errorf("nodenet apiserver not ready after %s (last: %v):\n%s", timeout, lastErr, s.LogTail(4096))
 		case <-tick.C:

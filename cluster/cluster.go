@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+
+	"github.com/nodenet/nodenet/internal/netnsutil"
+	"github.com/nodenet/nodenet/routes"
 )
 
 // Addresses of the node network (see doc.go).
@@ -139,7 +142,7 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
-		forward(fctx, c.apiLn, filepath.Join(netnsDir, VPCNetns(cfg.Name)), net.JoinHostPort(apiIP, strconv.Itoa(apiPort)))
+		forward(fctx, c.apiLn, netnsutil.Path(VPCNetns(cfg.Name)), net.JoinHostPort(apiIP, strconv.Itoa(apiPort)))
 	}()
 
 	c.comps = c.components()
@@ -205,10 +208,10 @@ func (c *Cluster) StatusLines() []string {
 
 func (c *Cluster) buildNetwork() error {
 	vpc := VPCNetns(c.cfg.Name)
-	if err := createNetns(vpc); err != nil {
+	if _, err := netnsutil.Create(vpc); err != nil {
 		return err
 	}
-	h, err := nlHandle(vpc)
+	h, err := routes.OpenHandle(vpc)
 	if err != nil {
 		return err
 	}
@@ -237,22 +240,23 @@ func (c *Cluster) buildNetwork() error {
 // namespace never sees it.
 func (c *Cluster) addNode(vpc *netlink.Handle, br netlink.Link, i int) error {
 	name := NodeNetns(c.cfg.Name, i)
-	if err := createNetns(name); err != nil {
-		return err
-	}
-	nf, err := os.Open(filepath.Join(netnsDir, name))
+	path, err := netnsutil.Create(name)
 	if err != nil {
 		return err
 	}
-	defer nf.Close()
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "n" + strconv.Itoa(i), MasterIndex: br.Attrs().Index}, PeerName: "eth0", PeerNamespace: netlink.NsFd(int(nf.Fd()))}
+	ns, err := netnsutil.Open(path)
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "n" + strconv.Itoa(i), MasterIndex: br.Attrs().Index}, PeerName: "eth0", PeerNamespace: netlink.NsFd(ns.Fd())}
 	if err := vpc.LinkAdd(veth); err != nil {
 		return fmt.Errorf("create veth for %s: %w", name, err)
 	}
 	if err := vpc.LinkSetUp(veth); err != nil {
 		return fmt.Errorf("veth up: %w", err)
 	}
-	h, err := nlHandle(name)
+	h, err := routes.OpenHandle(name)
 	if err != nil {
 		return err
 	}
@@ -274,7 +278,7 @@ func (c *Cluster) addNode(vpc *netlink.Handle, br netlink.Link, i int) error {
 	}
 	// Pods reach other nodes' pods through the node namespace.
 	for _, k := range []string{"net/ipv4/ip_forward"} {
-		if err := inNetns(filepath.Join(netnsDir, name), func() error { return os.WriteFile("/proc/sys/"+k, []byte("1"), 0o644) }); err != nil {
+		if err := ns.Do(func() error { return os.WriteFile("/proc/sys/"+k, []byte("1"), 0o644) }); err != nil {
 			return fmt.Errorf("%s: sysctl %s: %w", name, k, err)
 		}
 	}

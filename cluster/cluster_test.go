@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodenet/nodenet/cluster"
+	"github.com/nodenet/nodenet/internal/netnsutil"
 	"github.com/nodenet/nodenet/internal/nettest"
 )
 
@@ -80,6 +81,9 @@ func randName() string {
 // upCluster runs `nodenet up` as a real process and returns the admin
 // kubeconfig; cleanup stops it and checks nothing is left behind.
 func upCluster(t *testing.T, backend, proxyMode string) (name, dir, bin string) {
+	if testing.Short() {
+		t.Skip("-short: starts a local cluster; make test runs it")
+	}
 	nettest.RequirePrivileged(t)
 	bin = filepath.Join(binaries(t), "nodenet")
 	name, dir = randName(), t.TempDir()
@@ -146,11 +150,9 @@ func tail(s string, n int) string {
 
 func checkNothingLeft(t *testing.T, name, bin string) {
 	t.Helper()
-	ents, _ := os.ReadDir("/run/netns")
-	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), cluster.Prefix(name)) {
-			t.Errorf("namespace %s left behind", e.Name())
-		}
+	left, _ := netnsutil.List(cluster.Prefix(name))
+	for _, n := range left {
+		t.Errorf("namespace %s left behind", n)
 	}
 	if b, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(b), cluster.Prefix(name)) {
 		t.Errorf("mounts left behind:\n%s", b)
@@ -298,7 +300,7 @@ func deletePod(t *testing.T, ctx context.Context, cs kubernetes.Interface, dir s
 	if ipFiles(t, dir, p.Spec.NodeName)[p.Status.PodIP] {
 		t.Errorf("IP %s still allocated after delete", p.Status.PodIP)
 	}
-	if _, err := os.Stat(filepath.Join("/run/netns", p.Annotations["nodenet.io/netns"])); err == nil {
+	if _, err := os.Stat(netnsutil.Path(p.Annotations["nodenet.io/netns"])); err == nil {
 		t.Errorf("netns %s still there after delete", p.Annotations["nodenet.io/netns"])
 	}
 }
@@ -400,14 +402,8 @@ func runUp(t *testing.T, bin string, args ...string) (string, error) {
 }
 
 func netnsOf(name string) []string {
-	var out []string
-	ents, _ := os.ReadDir("/run/netns")
-	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), cluster.Prefix(name)) {
-			out = append(out, e.Name())
-		}
-	}
-	return out
+	names, _ := netnsutil.List(cluster.Prefix(name))
+	return names
 }
 
 // TestUpOneOwnerPerCluster: a second `up` on a live cluster (same dir, or
@@ -537,6 +533,9 @@ func TestDownStopsLiveUp(t *testing.T) {
 // components running in their namespaces and its state behind; that is
 // not a live cluster, and the next `up` removes it and starts.
 func TestUpCleansUpAfterKilledUp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts a local cluster; make test runs it")
+	}
 	nettest.RequirePrivileged(t)
 	bin := filepath.Join(binaries(t), "nodenet")
 	name, dir := randName(), t.TempDir()

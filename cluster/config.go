@@ -136,7 +136,7 @@ func (c *Config) checkLBPool() error {
 }
 
 // lockFile in the state directory is held by the `up` that owns it (see
-// lock.go).
+// owner.go).
 const lockFile = "up.lock"
 
 // ownEntries are what a state directory holds once nodenet used it; a

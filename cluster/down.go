@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+
+	"github.com/nodenet/nodenet/internal/netnsutil"
 )
 
 // ReadState reads <dir>/cluster.json.
@@ -37,7 +39,11 @@ func Down(dir, name string, keepLogs bool) error {
 	if name == "" {
 		return errors.New("cluster name unknown")
 	}
-	if err := removeNetns(listNetns(Prefix(name))); err != nil {
+	names, err := netnsutil.List(Prefix(name))
+	if err != nil {
+		return err
+	}
+	if err := removeNetns(names); err != nil {
 		return err
 	}
 	ents, _ := os.ReadDir(dir)

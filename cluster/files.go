@@ -13,6 +13,8 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/nodenet/nodenet/internal/netnsutil"
 )
 
 // cniTemplate is the conflist flanneld installs on every node: the nodenet
@@ -101,7 +103,7 @@ func copyFile(src, dst string) error {
 
 func (c *Cluster) components() []*component {
 	d, name := c.cfg.Dir, c.cfg.Name
-	vpc := filepath.Join(netnsDir, VPCNetns(name))
+	vpc := netnsutil.Path(VPCNetns(name))
 	c.NodeKube = filepath.Join(d, "node.kubeconfig")
 	c.AdminKube = filepath.Join(d, "admin.kubeconfig")
 	comps := []*component{
@@ -117,7 +119,7 @@ func (c *Cluster) components() []*component {
 	}
 	for i := 1; i <= c.cfg.Nodes; i++ {
 		nd, node := c.nodeDir(i), NodeName(i)
-		ns := filepath.Join(netnsDir, NodeNetns(name, i))
+		ns := netnsutil.Path(NodeNetns(name, i))
 		comps = append(comps,
 			&component{name: node + "/agent", netns: ns, args: []string{"agent",
 				"--kubeconfig", c.NodeKube, "--node-name", node, "--node-ip", nodeIP(i),
@@ -225,7 +227,7 @@ func forward(ctx context.Context, ln net.Listener, nsPath, target string) {
 		go func() {
 			defer conn.Close()
 			var up net.Conn
-			err := inNetns(nsPath, func() error {
+			err := netnsutil.Do(nsPath, func() error {
 				var err error
 				up, err = net.DialTimeout("tcp", target, 5*time.Second)
 				return err

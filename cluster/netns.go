@@ -3,85 +3,17 @@ package cluster
 import (
 	"errors"
 	"fmt"
-	"github.com/nodenet/nodenet/internal/netnsutil"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
+	"github.com/nodenet/nodenet/internal/netnsutil"
 )
 
-const netnsDir = "/run/netns"
-
-// inNetns runs fn on a thread inside the namespace at path.
-func inNetns(path string, fn func() error) error { return netnsutil.Do(path, fn) }
-
-// createNetns creates a named namespace (bind-mounted under /run/netns) with
-// loopback up. An existing one is reused.
-func createNetns(name string) error {
-	path := filepath.Join(netnsDir, name)
-	if _, err := os.Stat(path); err == nil {
-		return nil
-	}
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		return fmt.Errorf("create netns %s: %w: %s", name, err, strings.TrimSpace(string(out)))
-	}
-	h, err := nlHandle(name)
-	if err != nil {
-		return err
-	}
-	defer h.Close()
-	lo, err := h.LinkByName("lo")
-	if err != nil {
-		return fmt.Errorf("netns %s: lo: %w", name, err)
-	}
-	if err := h.LinkSetUp(lo); err != nil {
-		return fmt.Errorf("netns %s: set lo up: %w", name, err)
-	}
-	return nil
-}
-
-func nlHandle(name string) (*netlink.Handle, error) {
-	ns, err := netns.GetFromName(name)
-	if err != nil {
-		return nil, fmt.Errorf("open netns %s: %w", name, err)
-	}
-	defer ns.Close()
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		return nil, fmt.Errorf("netlink in %s: %w", name, err)
-	}
-	return h, nil
-}
-
-// listNetns returns the names under /run/netns that start with prefix.
-func listNetns(prefix string) []string {
-	ents, _ := os.ReadDir(netnsDir)
-	var out []string
-	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), prefix) {
-			out = append(out, e.Name())
-		}
-	}
-	return out
-}
-
-// nsInode identifies a namespace file.
-func nsInode(path string) (uint64, bool) {
-	var st syscall.Stat_t
-	if err := syscall.Stat(path, &st); err != nil {
-		return 0, false
-	}
-	return st.Ino, true
-}
-
 // pidsInNetns lists processes whose network namespace is one of inodes.
-func pidsInNetns(inodes map[uint64]bool) []int {
+func pidsInNetns(inodes map[netnsutil.Inode]bool) []int {
 	ents, _ := os.ReadDir("/proc")
 	var pids []int
 	self := os.Getpid()
@@ -90,7 +22,7 @@ func pidsInNetns(inodes map[uint64]bool) []int {
 		if err != nil || pid == self {
 			continue
 		}
-		if ino, ok := nsInode(filepath.Join("/proc", e.Name(), "ns", "net")); ok && inodes[ino] {
+		if ino, err := netnsutil.InodeOf(filepath.Join("/proc", e.Name(), "ns", "net")); err == nil && inodes[ino] {
 			pids = append(pids, pid)
 		}
 	}
@@ -100,9 +32,9 @@ func pidsInNetns(inodes map[uint64]bool) []int {
 // removeNetns kills every process in the named namespaces and deletes them.
 // It is idempotent.
 func removeNetns(names []string) error {
-	inodes := map[uint64]bool{}
+	inodes := map[netnsutil.Inode]bool{}
 	for _, n := range names {
-		if ino, ok := nsInode(filepath.Join(netnsDir, n)); ok {
+		if ino, err := netnsutil.InodeOf(netnsutil.Path(n)); err == nil {
 			inodes[ino] = true
 		}
 	}
@@ -123,13 +55,7 @@ func removeNetns(names []string) error {
 	}
 	var errs []error
 	for _, n := range names {
-		path := filepath.Join(netnsDir, n)
-		if err := syscall.Unmount(path, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
-			errs = append(errs, fmt.Errorf("unmount netns %s: %w", n, err))
-		}
-		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, fmt.Errorf("remove netns %s: %w", n, err))
-		}
+		errs = append(errs, netnsutil.Delete(n))
 	}
 	return errors.Join(errs...)
 }

@@ -6,10 +6,11 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/nodenet/nodenet/internal/netnsutil"
 )
 
 // Health ports of the node daemons, bound to each node's address so that
@@ -30,12 +31,12 @@ func Stage(out io.Writer, name string, took time.Duration, detail string) {
 // WaitDaemonsReady waits until flanneld and (unless the proxy mode is none)
 // the proxy of every node say they are ready on their health endpoints.
 func (c *Cluster) WaitDaemonsReady(ctx context.Context, timeout time.Duration) error {
-	vpc := filepath.Join(netnsDir, VPCNetns(c.cfg.Name))
+	vpc := netnsutil.Path(VPCNetns(c.cfg.Name))
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
 		DisableKeepAlives: true,
 		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			var conn net.Conn
-			err := inNetns(vpc, func() error {
+			err := netnsutil.Do(vpc, func() error {
 				var err error
 				conn, err = (&net.Dialer{}).DialContext(ctx, network, addr)
 				return err

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/nodenet/nodenet/internal/netnsutil"
 )
 
 // component is one supervised process: the nodenet binary with a
@@ -51,7 +53,7 @@ func (c *component) supervise(ctx context.Context, binary string, out io.Writer,
 		cmd := exec.Command(binary, c.args...)
 		cmd.Stdout, cmd.Stderr = f, f
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		err = inNetns(c.netns, cmd.Start)
+		err = netnsutil.Start(c.netns, cmd)
 		if err != nil {
 			f.Close()
 			c.set("failed", 0)

@@ -8,37 +8,37 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodenet/nodenet/ipam/hostlocal"
+	"github.com/nodenet/nodenet/cni/kernel"
 )
 
 // ensureBridge makes sure the bridge exists, is up, and carries the
 // gateway addresses. Concurrent ADDs race to create it; EEXIST means
 // another one won, which is fine.
-func ensureBridge(hc *rtnlConn, n *network, gateways []netip.Prefix) (*link, error) {
-	br, err := hc.getLink(n.bridge, 0)
-	if isLinkNotFound(err) {
+func ensureBridge(hc *kernel.Conn, n *network, gateways []netip.Prefix) (*kernel.Link, error) {
+	br, err := hc.Link(n.bridge)
+	if kernel.IsNotFound(err) {
 		// A fixed MAC keeps the bridge's address from following its
 		// lowest-numbered port, which changes as pods come and go and
 		// invalidates every pod's neighbour entry for the gateway.
-		err = hc.createBridge(n.bridge, n.mtu, bridgeMAC(gateways), n.promisc)
+		err = hc.CreateBridge(n.bridge, n.mtu, bridgeMAC(gateways), n.promisc)
 		if err != nil && !errors.Is(err, unix.EEXIST) {
 			return nil, fmt.Errorf("create bridge %s: %w", n.bridge, err)
 		}
-		br, err = hc.getLink(n.bridge, 0)
+		br, err = hc.Link(n.bridge)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("look up bridge %s: %w", n.bridge, err)
 	}
-	if br.kind != "bridge" {
-		return nil, fmt.Errorf("%s exists but is a %s, not a bridge", n.bridge, br.kind)
+	if br.Kind != "bridge" {
+		return nil, fmt.Errorf("%s exists but is a %s, not a bridge", n.bridge, br.Kind)
 	}
-	if !br.up() {
-		if err := hc.setFlags(br.index, unix.IFF_UP, unix.IFF_UP); err != nil {
+	if !br.Up() {
+		if err := hc.SetFlags(br.Index, unix.IFF_UP, unix.IFF_UP); err != nil {
 			return nil, fmt.Errorf("set bridge %s up: %w", n.bridge, err)
 		}
 	}
-	if n.promisc && br.promisc == 0 {
-		if err := hc.setFlags(br.index, unix.IFF_PROMISC, unix.IFF_PROMISC); err != nil {
+	if n.promisc && br.Promisc == 0 {
+		if err := hc.SetFlags(br.Index, unix.IFF_PROMISC, unix.IFF_PROMISC); err != nil {
 			return nil, fmt.Errorf("set bridge %s promiscuous: %w", n.bridge, err)
 		}
 	}
@@ -52,8 +52,8 @@ func ensureBridge(hc *rtnlConn, n *network, gateways []netip.Prefix) (*link, err
 
 // bridgeMAC derives a locally administered unicast MAC from the first
 // gateway, so it is stable across restarts and unique per node subnet.
-func bridgeMAC(gateways []netip.Prefix) mac {
-	m := mac{0x0a, 0x58, 0, 0, 0, 0}
+func bridgeMAC(gateways []netip.Prefix) kernel.MAC {
+	m := kernel.MAC{0x0a, 0x58, 0, 0, 0, 0}
 	if len(gateways) > 0 {
 		b := gateways[0].Addr().AsSlice()
 		copy(m[2:], b[len(b)-4:])
@@ -99,82 +99,60 @@ func conflictingAddrs(addrs []netip.Prefix, gateways []netip.Prefix) (conflicts,
 // that is all. Only when one was missing — a new bridge, or a node whose
 // pod subnet changed — does it look for addresses in the way, and removes
 // them with force or else takes its own addition back and fails.
-func ensureGatewayAddrs(hc *rtnlConn, br *link, gateways []netip.Prefix, force bool) error {
+func ensureGatewayAddrs(hc *kernel.Conn, br *kernel.Link, gateways []netip.Prefix, force bool) error {
 	var added []netip.Prefix
 	for _, gw := range gateways {
-		_, err := hc.exec(addrRequest(br.index, hostlocal.Allocation{Address: gw}), 0)
+		err := hc.AddAddr(br.Index, gw)
 		switch {
 		case err == nil:
 			added = append(added, gw)
 		case !errors.Is(err, unix.EEXIST):
-			return fmt.Errorf("add gateway %s to %s: %w", gw, br.name, err)
+			return fmt.Errorf("add gateway %s to %s: %w", gw, br.Name, err)
 		}
 	}
 	if len(added) == 0 {
 		return nil
 	}
-	addrs, err := hc.listAddrs(br.index)
+	addrs, err := hc.Addrs(br.Index)
 	if err != nil {
-		return fmt.Errorf("addresses of %s: %w", br.name, err)
+		return fmt.Errorf("addresses of %s: %w", br.Name, err)
 	}
 	conflicts, _ := conflictingAddrs(addrs, gateways)
 	for _, a := range conflicts {
 		if !force {
 			for _, gw := range added {
-				hc.exec(addrDelRequest(br.index, gw), 0)
+				hc.DelAddr(br.Index, gw)
 			}
-			return fmt.Errorf("bridge %s has address %s, want %v (the node's pod subnet changed? set forceAddress to replace it)", br.name, a, gateways)
+			return fmt.Errorf("bridge %s has address %s, want %v (the node's pod subnet changed? set forceAddress to replace it)", br.Name, a, gateways)
 		}
-		if _, err := hc.exec(addrDelRequest(br.index, a), 0); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
-			return fmt.Errorf("remove address %s from %s: %w", a, br.name, err)
+		if err := hc.DelAddr(br.Index, a); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+			return fmt.Errorf("remove address %s from %s: %w", a, br.Name, err)
 		}
 	}
 	return nil
 }
 
 // checkBridge is STATUS's view: could ADD set the bridge up?
-func checkBridge(hc *rtnlConn, n *network, gateways []netip.Prefix) error {
-	br, err := hc.getLink(n.bridge, 0)
-	if isLinkNotFound(err) {
+func checkBridge(hc *kernel.Conn, n *network, gateways []netip.Prefix) error {
+	br, err := hc.Link(n.bridge)
+	if kernel.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("look up bridge %s: %w", n.bridge, err)
 	}
-	if br.kind != "bridge" {
-		return fmt.Errorf("%s exists but is a %s, not a bridge", n.bridge, br.kind)
+	if br.Kind != "bridge" {
+		return fmt.Errorf("%s exists but is a %s, not a bridge", n.bridge, br.Kind)
 	}
 	if !n.isGateway || n.forceAddress {
 		return nil
 	}
-	addrs, err := hc.listAddrs(br.index)
+	addrs, err := hc.Addrs(br.Index)
 	if err != nil {
 		return fmt.Errorf("addresses of %s: %w", n.bridge, err)
 	}
 	if conflicts, _ := conflictingAddrs(addrs, gateways); len(conflicts) > 0 {
 		return fmt.Errorf("bridge %s has address %s, want %v", n.bridge, conflicts[0], gateways)
-	}
-	return nil
-}
-
-// enableForwarding turns on routing for the families in use, as a gateway
-// bridge needs. It writes only when needed: the value is per namespace
-// and shared with everything else on the node.
-func enableForwarding(v4, v6 bool) error {
-	for _, f := range []struct {
-		on   bool
-		name string
-	}{{v4, "net/ipv4/ip_forward"}, {v6, "net/ipv6/conf/all/forwarding"}} {
-		if !f.on {
-			continue
-		}
-		cur, err := sysctl(f.name)
-		if err == nil && cur == "1" {
-			continue
-		}
-		if err := setSysctl(f.name, "1"); err != nil {
-			return fmt.Errorf("enable forwarding: %w", err)
-		}
 	}
 	return nil
 }

@@ -7,19 +7,21 @@ import (
 	"net/netip"
 	"slices"
 
+	"github.com/nodenet/nodenet/cni/kernel"
+	"github.com/nodenet/nodenet/cni/protocol"
 	"github.com/nodenet/nodenet/ipam/hostlocal"
 )
 
 // Check implements CHECK: it compares the kernel and the allocation store
 // with prevResult and reports every difference it finds.
-func (p *Plugin) Check(ctx context.Context, args *CmdArgs) error {
+func (p *Plugin) Check(ctx context.Context, args *protocol.CmdArgs) error {
 	c, log, done, err := p.start(args, true)
 	if err != nil {
 		return err
 	}
 	defer done()
 	if c.PrevResult == nil {
-		return errorf(CodeInvalidConfig, "CHECK needs prevResult")
+		return protocol.Errorf(protocol.CodeInvalidConfig, "CHECK needs prevResult")
 	}
 	var n *network
 	switch c.Type {
@@ -34,10 +36,10 @@ func (p *Plugin) Check(ctx context.Context, args *CmdArgs) error {
 	case TypeFlannel:
 		conf, err := loadDelegate(c.DataDir, args.ContainerID)
 		if err != nil {
-			return withCode(CodeIO, err)
+			return protocol.WithCode(protocol.CodeIO, err)
 		}
 		if conf == nil {
-			return errorf(CodeUnknownContainer, "no delegate cache %s for container %s", cachePath(c.DataDir, args.ContainerID), args.ContainerID)
+			return protocol.Errorf(protocol.CodeUnknownContainer, "no delegate cache %s for container %s", cachePath(c.DataDir, args.ContainerID), args.ContainerID)
 		}
 		typ, err := delegateType(conf)
 		if err != nil {
@@ -62,7 +64,7 @@ func (p *Plugin) Check(ctx context.Context, args *CmdArgs) error {
 	return nil
 }
 
-func check(n *network, args *CmdArgs, prev *Result) error {
+func check(n *network, args *protocol.CmdArgs, prev *protocol.Result) error {
 	podIdx, hostIdx := -1, -1
 	for i, itf := range prev.Interfaces {
 		switch {
@@ -73,7 +75,7 @@ func check(n *network, args *CmdArgs, prev *Result) error {
 		}
 	}
 	if podIdx < 0 {
-		return errorf(CodeInvalidConfig, "prevResult has no interface %s in %s", args.IfName, args.Netns)
+		return protocol.Errorf(protocol.CodeInvalidConfig, "prevResult has no interface %s in %s", args.IfName, args.Netns)
 	}
 	var want []netip.Prefix
 	for _, ip := range prev.IPs {
@@ -82,24 +84,24 @@ func check(n *network, args *CmdArgs, prev *Result) error {
 		}
 	}
 
-	podNS, err := openNetNS(args.Netns)
+	podNS, err := kernel.OpenNetNS(args.Netns)
 	if err != nil {
-		return errorf(CodeBadEnv, "CNI_NETNS %q: %w", args.Netns, err)
+		return protocol.Errorf(protocol.CodeBadEnv, "CNI_NETNS %q: %w", args.Netns, err)
 	}
 	defer podNS.Close()
-	pc, err := rtnlSocket(podNS)
+	pc, err := podNS.Dial()
 	if err != nil {
 		return err
 	}
 	defer pc.Close()
-	hc, err := rtnlSocket(nil)
+	hc, err := kernel.Dial()
 	if err != nil {
 		return err
 	}
 	defer hc.Close()
 
 	var diffs []error
-	podLink, err := pc.getLink(args.IfName, 0)
+	podLink, err := pc.Link(args.IfName)
 	if err != nil {
 		diffs = append(diffs, fmt.Errorf("interface %s: %w", args.IfName, err))
 	} else {
@@ -115,22 +117,22 @@ func check(n *network, args *CmdArgs, prev *Result) error {
 	return nil
 }
 
-func checkPodLink(pc *rtnlConn, l *link, n *network, itf *Interface, want []netip.Prefix, prev *Result) []error {
+func checkPodLink(pc *kernel.Conn, l *kernel.Link, n *network, itf *protocol.Interface, want []netip.Prefix, prev *protocol.Result) []error {
 	var diffs []error
-	name := l.name
-	if l.kind != "veth" {
-		diffs = append(diffs, fmt.Errorf("%s is a %s, not a veth", name, l.kind))
+	name := l.Name
+	if l.Kind != "veth" {
+		diffs = append(diffs, fmt.Errorf("%s is a %s, not a veth", name, l.Kind))
 	}
-	if itf.Mac != "" && l.mac.String() != itf.Mac {
-		diffs = append(diffs, fmt.Errorf("%s has MAC %s, prevResult says %s", name, l.mac, itf.Mac))
+	if itf.Mac != "" && l.MAC.String() != itf.Mac {
+		diffs = append(diffs, fmt.Errorf("%s has MAC %s, prevResult says %s", name, l.MAC, itf.Mac))
 	}
-	if l.mtu != n.mtu {
-		diffs = append(diffs, fmt.Errorf("%s has MTU %d, want %d", name, l.mtu, n.mtu))
+	if l.MTU != n.mtu {
+		diffs = append(diffs, fmt.Errorf("%s has MTU %d, want %d", name, l.MTU, n.mtu))
 	}
-	if !l.up() {
+	if !l.Up() {
 		diffs = append(diffs, fmt.Errorf("%s is down", name))
 	}
-	have, err := pc.listAddrs(l.index)
+	have, err := pc.Addrs(l.Index)
 	if err != nil {
 		return append(diffs, fmt.Errorf("addresses of %s: %w", name, err))
 	}
@@ -143,47 +145,47 @@ func checkPodLink(pc *rtnlConn, l *link, n *network, itf *Interface, want []neti
 			diffs = append(diffs, fmt.Errorf("address %s missing on %s", p, name))
 		}
 	}
-	routes, err := pc.listRoutes(l.index)
+	routes, err := pc.Routes(l.Index)
 	if err != nil {
 		return append(diffs, err)
 	}
 	for _, r := range prev.Routes {
 		gw := routeGateway(r, allocs)
-		if !slices.ContainsFunc(routes, func(k kernelRoute) bool { return k.dst == r.Dst && (!gw.IsValid() || k.gw == gw) }) {
+		if !slices.ContainsFunc(routes, func(k kernel.MainRoute) bool { return k.Dst == r.Dst && (!gw.IsValid() || k.GW == gw) }) {
 			diffs = append(diffs, fmt.Errorf("route %s via %s missing on %s", r.Dst, gw, name))
 		}
 	}
 	return diffs
 }
 
-func checkHostLink(hc *rtnlConn, n *network, hostName string, podLink *link) []error {
+func checkHostLink(hc *kernel.Conn, n *network, hostName string, podLink *kernel.Link) []error {
 	var diffs []error
-	hl, err := hc.getLink(hostName, 0)
+	hl, err := hc.Link(hostName)
 	if err != nil {
 		return []error{fmt.Errorf("host interface %s: %w", hostName, err)}
 	}
-	br, err := hc.getLink(n.bridge, 0)
+	br, err := hc.Link(n.bridge)
 	if err != nil {
 		return []error{fmt.Errorf("bridge %s: %w", n.bridge, err)}
 	}
-	if hl.master != br.index {
+	if hl.Master != br.Index {
 		diffs = append(diffs, fmt.Errorf("host interface %s is not a port of %s", hostName, n.bridge))
 	}
-	if podLink != nil && podLink.parent != hl.index {
-		diffs = append(diffs, fmt.Errorf("host interface %s is not the peer of %s", hostName, podLink.name))
+	if podLink != nil && podLink.Parent != hl.Index {
+		diffs = append(diffs, fmt.Errorf("host interface %s is not the peer of %s", hostName, podLink.Name))
 	}
-	if !hl.up() {
+	if !hl.Up() {
 		diffs = append(diffs, fmt.Errorf("host interface %s is down", hostName))
 	}
 	if n.hairpin {
-		if on, err := hc.hairpin(hl.index); err == nil && !on {
+		if on, err := hc.Hairpin(hl.Index); err == nil && !on {
 			diffs = append(diffs, fmt.Errorf("hairpin mode is off on %s", hostName))
 		}
 	}
 	return diffs
 }
 
-func checkAllocation(n *network, args *CmdArgs, want []netip.Prefix) []error {
+func checkAllocation(n *network, args *protocol.CmdArgs, want []netip.Prefix) []error {
 	store, err := hostlocal.Open(n.dataDir, n.name)
 	if err != nil {
 		return []error{err}

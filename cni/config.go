@@ -11,8 +11,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodenet/nodenet/flanneld/subnetenv"
+	"github.com/nodenet/nodenet/cni/protocol"
 	"github.com/nodenet/nodenet/ipam/hostlocal"
+	"github.com/nodenet/nodenet/subnetenv"
 )
 
 // Plugin types the binary answers to.
@@ -23,30 +24,21 @@ const (
 
 // Defaults shared with flannel and the reference plugins.
 const (
-	DefaultBridge        = "cni0"
-	DefaultSubnetFile    = subnetenv.DefaultPath
-	DefaultFlannelDir    = "/var/lib/cni/flannel"
-	DefaultBridgeMTU     = 1500
-	defaultDelegateType  = "bridge"
-	defaultDelegateIPAM  = "host-local"
-	validAttachmentsKey  = "cni.dev/valid-attachments"
-	legacyAttachmentsKey = "cni.dev/attachments"
+	DefaultBridge       = "cni0"
+	DefaultSubnetFile   = subnetenv.DefaultPath
+	DefaultFlannelDir   = "/var/lib/cni/flannel"
+	DefaultBridgeMTU    = 1500
+	defaultDelegateType = "bridge"
+	defaultDelegateIPAM = "host-local"
 )
 
-// NetConf is the configuration on stdin. Fields of both types are listed:
-// "type": "nodenet" uses the bridge/IPAM fields directly, "type": "flannel"
-// uses subnetFile, dataDir (the delegate cache), delegate and ipam, the
-// keys upstream flannel's CNI plugin reads.
+// NetConf is the configuration on stdin: the keys every configuration has
+// and those of both plugin types. "type": "nodenet" uses the bridge/IPAM
+// fields directly, "type": "flannel" uses subnetFile, dataDir (the
+// delegate cache), delegate and ipam, the keys upstream flannel's CNI
+// plugin reads.
 type NetConf struct {
-	CNIVersion       string          `json:"cniVersion"`
-	Name             string          `json:"name"`
-	Type             string          `json:"type"`
-	DNS              DNS             `json:"dns"`
-	RawPrevResult    json.RawMessage `json:"prevResult,omitempty"`
-	ValidAttachments []GCAttachment  `json:"cni.dev/valid-attachments,omitempty"`
-	// LegacyAttachments is the key libcni also sends for plugins written
-	// against an earlier draft of the GC spec.
-	LegacyAttachments []GCAttachment `json:"cni.dev/attachments,omitempty"`
+	protocol.NetConf
 
 	SubnetFile       string               `json:"subnetFile,omitempty"`
 	DataDir          string               `json:"dataDir,omitempty"`
@@ -70,13 +62,46 @@ type NetConf struct {
 	RuntimeConfig map[string]any `json:"runtimeConfig,omitempty"`
 
 	// PrevResult is RawPrevResult parsed.
-	PrevResult *Result `json:"-"`
+	PrevResult *protocol.Result `json:"-"`
 }
 
-// GCAttachment is an entry of cni.dev/valid-attachments.
-type GCAttachment struct {
-	ContainerID string `json:"containerID"`
-	IfName      string `json:"ifname"`
+// confFields are NetConf's keys for protocol.Decode's fast path: every
+// JSON key of NetConf, the embedded common ones included.
+var confFields = []protocol.Field[NetConf]{
+	protocol.StringField("cniVersion", func(c *NetConf) *string { return &c.CNIVersion }),
+	protocol.StringField("name", func(c *NetConf) *string { return &c.Name }),
+	protocol.StringField("type", func(c *NetConf) *string { return &c.Type }),
+	protocol.StringField("subnetFile", func(c *NetConf) *string { return &c.SubnetFile }),
+	protocol.StringField("dataDir", func(c *NetConf) *string { return &c.DataDir }),
+	protocol.StringField("bridge", func(c *NetConf) *string { return &c.Bridge }),
+	protocol.StringField("logFile", func(c *NetConf) *string { return &c.LogFile }),
+	protocol.IntField("mtu", func(c *NetConf) *int { return &c.MTU }),
+	protocol.BoolField("ipMasq", func(c *NetConf) *bool { return &c.IPMasq }),
+	protocol.BoolField("forceAddress", func(c *NetConf) *bool { return &c.ForceAddress }),
+	protocol.OptionalBoolField("hairpinMode", func(c *NetConf) **bool { return &c.HairpinMode }),
+	protocol.OptionalBoolField("isDefaultGateway", func(c *NetConf) **bool { return &c.IsDefaultGateway }),
+	protocol.NestedField("dns", func(c *NetConf) any { return &c.DNS }),
+	protocol.NestedField("prevResult", func(c *NetConf) any { return &c.RawPrevResult }),
+	protocol.NestedField(protocol.ValidAttachmentsKey, func(c *NetConf) any { return &c.ValidAttachments }),
+	protocol.NestedField(protocol.LegacyAttachmentsKey, func(c *NetConf) any { return &c.LegacyAttachments }),
+	protocol.NestedField("ranges", func(c *NetConf) any { return &c.Ranges }),
+	protocol.NestedField("delegate", func(c *NetConf) any { return &c.Delegate }),
+	protocol.NestedField("ipam", func(c *NetConf) any { return &c.IPAM }),
+	protocol.NestedField("args", func(c *NetConf) any { return &c.Args }),
+	protocol.NestedField("runtimeConfig", func(c *NetConf) any { return &c.RuntimeConfig }),
+}
+
+// decodeConf decodes a network configuration into c, exactly as
+// json.Unmarshal does.
+func decodeConf(data []byte, c *NetConf) error { return protocol.Decode(data, c, confFields) }
+
+// DecodeConf implements protocol.Plugin.
+func (p *Plugin) DecodeConf(stdin []byte) (*protocol.NetConf, error) {
+	var c NetConf
+	if err := decodeConf(stdin, &c); err != nil {
+		return nil, err
+	}
+	return &c.NetConf, nil
 }
 
 // ParseConfig decodes and validates stdin. Decoding problems are code 6,
@@ -84,19 +109,19 @@ type GCAttachment struct {
 func ParseConfig(stdin []byte) (*NetConf, error) {
 	var c NetConf
 	if err := decodeConf(stdin, &c); err != nil {
-		return nil, errorf(CodeDecode, "decode network configuration: %w", err)
+		return nil, protocol.Errorf(protocol.CodeDecode, "decode network configuration: %w", err)
 	}
 	if c.CNIVersion == "" {
-		return nil, errorf(CodeInvalidConfig, "network configuration: cniVersion is missing")
+		return nil, protocol.Errorf(protocol.CodeInvalidConfig, "network configuration: cniVersion is missing")
 	}
-	if !supported(c.CNIVersion) {
-		return nil, errorf(CodeIncompatibleVersion, "network configuration: cniVersion %q is not one of %v", c.CNIVersion, SupportedVersions)
+	if !protocol.Supported(c.CNIVersion) {
+		return nil, protocol.Errorf(protocol.CodeIncompatibleVersion, "network configuration: cniVersion %q is not one of %v", c.CNIVersion, protocol.SupportedVersions)
 	}
 	if c.Name == "" {
-		return nil, errorf(CodeInvalidConfig, "network configuration: name is missing")
+		return nil, protocol.Errorf(protocol.CodeInvalidConfig, "network configuration: name is missing")
 	}
-	if !validName(c.Name) {
-		return nil, errorf(CodeInvalidConfig, "network configuration: name %q: invalid characters found in network name", c.Name)
+	if !protocol.ValidName(c.Name) {
+		return nil, protocol.Errorf(protocol.CodeInvalidConfig, "network configuration: name %q: invalid characters found in network name", c.Name)
 	}
 	switch c.Type {
 	case TypeNodenet:
@@ -108,12 +133,12 @@ func ParseConfig(stdin []byte) (*NetConf, error) {
 			return nil, err
 		}
 	default:
-		return nil, errorf(CodeInvalidConfig, "network configuration: type %q is neither %q nor %q", c.Type, TypeNodenet, TypeFlannel)
+		return nil, protocol.Errorf(protocol.CodeInvalidConfig, "network configuration: type %q is neither %q nor %q", c.Type, TypeNodenet, TypeFlannel)
 	}
 	if len(c.RawPrevResult) > 0 && string(c.RawPrevResult) != "null" {
-		c.PrevResult = new(Result)
+		c.PrevResult = new(protocol.Result)
 		if err := json.Unmarshal(c.RawPrevResult, c.PrevResult); err != nil {
-			return nil, errorf(CodeDecode, "network configuration: prevResult: %w", err)
+			return nil, protocol.Errorf(protocol.CodeDecode, "network configuration: prevResult: %w", err)
 		}
 	}
 	if len(c.ValidAttachments) == 0 {
@@ -126,8 +151,8 @@ func (c *NetConf) validateNodenet() error {
 	if c.Bridge == "" {
 		c.Bridge = DefaultBridge
 	}
-	if err := validateIfName(c.Bridge); err != nil {
-		return errorf(CodeInvalidConfig, "network configuration: bridge %q: %w", c.Bridge, err)
+	if err := protocol.ValidateIfName(c.Bridge); err != nil {
+		return protocol.Errorf(protocol.CodeInvalidConfig, "network configuration: bridge %q: %w", c.Bridge, err)
 	}
 	if c.SubnetFile == "" {
 		c.SubnetFile = DefaultSubnetFile
@@ -136,21 +161,21 @@ func (c *NetConf) validateNodenet() error {
 		c.DataDir = hostlocal.DefaultDataDir
 	}
 	if c.MTU < 0 || c.MTU > 65535 || (c.MTU > 0 && c.MTU < 68) {
-		return errorf(CodeInvalidConfig, "network configuration: mtu %d is outside 68..65535", c.MTU)
+		return protocol.Errorf(protocol.CodeInvalidConfig, "network configuration: mtu %d is outside 68..65535", c.MTU)
 	}
 	for i, set := range c.Ranges {
 		canon, err := set.Canonical()
 		if err != nil {
-			return errorf(CodeInvalidConfig, "network configuration: ranges[%d]: %w", i, err)
+			return protocol.Errorf(protocol.CodeInvalidConfig, "network configuration: ranges[%d]: %w", i, err)
 		}
 		c.Ranges[i] = canon
 	}
 	if c.Delegate != nil {
-		return errorf(CodeInvalidConfig, "network configuration: delegate is a %q key; type %q does the bridge itself", TypeFlannel, TypeNodenet)
+		return protocol.Errorf(protocol.CodeInvalidConfig, "network configuration: delegate is a %q key; type %q does the bridge itself", TypeFlannel, TypeNodenet)
 	}
 	if c.IPAM != nil {
 		// Accepting it would silently allocate from subnet.env instead.
-		return errorf(CodeInvalidConfig, "network configuration: type %q allocates addresses itself; use ranges instead of ipam", TypeNodenet)
+		return protocol.Errorf(protocol.CodeInvalidConfig, "network configuration: type %q allocates addresses itself; use ranges instead of ipam", TypeNodenet)
 	}
 	return nil
 }
@@ -164,36 +189,13 @@ func (c *NetConf) validateFlannel() error {
 	}
 	if t, ok := c.Delegate["type"]; ok {
 		if _, isString := t.(string); !isString {
-			return errorf(CodeInvalidConfig, "network configuration: delegate.type must be a string")
+			return protocol.Errorf(protocol.CodeInvalidConfig, "network configuration: delegate.type must be a string")
 		}
 	}
 	for _, k := range []string{"name", "ipam"} {
 		if _, ok := c.Delegate[k]; ok {
-			return errorf(CodeInvalidConfig, "network configuration: delegate must not have %q, flannel sets it", k)
+			return protocol.Errorf(protocol.CodeInvalidConfig, "network configuration: delegate must not have %q, flannel sets it", k)
 		}
-	}
-	return nil
-}
-
-// validateArgs checks what the dispatcher checks before calling a
-// command, for callers that use Plugin in-process: the container ID ends
-// up in file names, the interface name in netlink requests.
-func validateArgs(args *CmdArgs) error {
-	if err := validateContainerID(args.ContainerID); err != nil {
-		return err
-	}
-	if err := validateIfName(args.IfName); err != nil {
-		return errorf(CodeBadEnv, "CNI_IFNAME %q: %w", args.IfName, err)
-	}
-	return nil
-}
-
-func validateContainerID(id string) error {
-	if id == "" {
-		return errorf(CodeBadEnv, "CNI_CONTAINERID is missing")
-	}
-	if !validName(id) {
-		return errorf(CodeBadEnv, "CNI_CONTAINERID %q: invalid characters in containerID", id)
 	}
 	return nil
 }
@@ -222,8 +224,8 @@ type network struct {
 	promisc      bool
 	dataDir      string
 	rangeSets    []hostlocal.RangeSet
-	routes       []*Route
-	dns          DNS
+	routes       []*protocol.Route
+	dns          protocol.DNS
 }
 
 // readSubnetEnv maps subnet.env problems to "try again later": flanneld
@@ -235,9 +237,9 @@ func readSubnetEnv(path string) (subnetenv.Env, error) {
 	}
 	var ke *subnetenv.KeyError
 	if errors.As(err, &ke) {
-		return env, errorf(CodeTryAgainLater, "subnet file %s is malformed: key %s: %s", ke.Path, ke.Key, ke.Problem)
+		return env, protocol.Errorf(protocol.CodeTryAgainLater, "subnet file %s is malformed: key %s: %s", ke.Path, ke.Key, ke.Problem)
 	}
-	return env, errorf(CodeTryAgainLater, "read subnet file: %w", err)
+	return env, protocol.Errorf(protocol.CodeTryAgainLater, "read subnet file: %w", err)
 }
 
 // nodenetNetwork resolves a "nodenet" config against subnet.env.
@@ -259,7 +261,7 @@ func nodenetNetwork(c *NetConf, env subnetenv.Env) (*network, error) {
 		if len(c.Ranges) == 0 {
 			set, err := hostlocal.RangeSet{{Subnet: subnet}}.Canonical()
 			if err != nil {
-				return nil, errorf(CodeTryAgainLater, "subnet file %s: %w", c.SubnetFile, err)
+				return nil, protocol.Errorf(protocol.CodeTryAgainLater, "subnet file %s: %w", c.SubnetFile, err)
 			}
 			n.rangeSets = append(n.rangeSets, set)
 		}
@@ -267,7 +269,7 @@ func nodenetNetwork(c *NetConf, env subnetenv.Env) (*network, error) {
 		if v6 {
 			nw = env.IPv6Network
 		}
-		n.routes = append(n.routes, &Route{Dst: nw})
+		n.routes = append(n.routes, &protocol.Route{Dst: nw})
 	}
 	return n, nil
 }
@@ -297,7 +299,7 @@ func requestedIPs(c *NetConf, cniArgs string) ([]netip.Addr, error) {
 		}
 		a, err := netip.ParseAddr(s)
 		if err != nil || a.Zone() != "" {
-			return errorf(code, "%s: %q is not an IP address", src, s)
+			return protocol.Errorf(code, "%s: %q is not an IP address", src, s)
 		}
 		if !slices.Contains(out, a.Unmap()) {
 			out = append(out, a.Unmap())
@@ -311,13 +313,13 @@ func requestedIPs(c *NetConf, cniArgs string) ([]netip.Addr, error) {
 			}
 			k, v, ok := strings.Cut(kv, "=")
 			if !ok {
-				return nil, errorf(CodeBadEnv, "CNI_ARGS: %q is not KEY=VALUE", kv)
+				return nil, protocol.Errorf(protocol.CodeBadEnv, "CNI_ARGS: %q is not KEY=VALUE", kv)
 			}
 			if k != "IP" {
 				continue
 			}
 			for _, ip := range strings.Split(v, ",") {
-				if err := add(CodeBadEnv, "CNI_ARGS IP", ip); err != nil {
+				if err := add(protocol.CodeBadEnv, "CNI_ARGS IP", ip); err != nil {
 					return nil, err
 				}
 			}
@@ -325,7 +327,7 @@ func requestedIPs(c *NetConf, cniArgs string) ([]netip.Addr, error) {
 	}
 	if c.Args != nil {
 		for _, ip := range c.Args.CNI.IPs {
-			if err := add(CodeInvalidConfig, "args.cni.ips", ip); err != nil {
+			if err := add(protocol.CodeInvalidConfig, "args.cni.ips", ip); err != nil {
 				return nil, err
 			}
 		}
@@ -333,14 +335,14 @@ func requestedIPs(c *NetConf, cniArgs string) ([]netip.Addr, error) {
 	if raw, ok := c.RuntimeConfig["ips"]; ok {
 		list, ok := raw.([]any)
 		if !ok {
-			return nil, errorf(CodeInvalidConfig, "runtimeConfig.ips must be a list of strings")
+			return nil, protocol.Errorf(protocol.CodeInvalidConfig, "runtimeConfig.ips must be a list of strings")
 		}
 		for _, v := range list {
 			s, ok := v.(string)
 			if !ok {
-				return nil, errorf(CodeInvalidConfig, "runtimeConfig.ips must be a list of strings")
+				return nil, protocol.Errorf(protocol.CodeInvalidConfig, "runtimeConfig.ips must be a list of strings")
 			}
-			if err := add(CodeInvalidConfig, "runtimeConfig.ips", s); err != nil {
+			if err := add(protocol.CodeInvalidConfig, "runtimeConfig.ips", s); err != nil {
 				return nil, err
 			}
 		}

@@ -1,12 +1,14 @@
 package cni
 
 import (
-	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/nodenet/nodenet/cni/protocol"
 )
 
 func TestParseConfigCodes(t *testing.T) {
@@ -15,26 +17,26 @@ func TestParseConfigCodes(t *testing.T) {
 		code uint
 		msg  string
 	}{
-		{`{`, CodeDecode, "decode"},
-		{`{"cniVersion":"1.0.0","name":"n","type":"nodenet","mtu":"big"}`, CodeDecode, "mtu"},
-		{`{"name":"n","type":"nodenet"}`, CodeInvalidConfig, "cniVersion"},
-		{`{"cniVersion":"0.2.0","name":"n","type":"nodenet"}`, CodeIncompatibleVersion, "0.2.0"},
-		{`{"cniVersion":"1.0.0","type":"nodenet"}`, CodeInvalidConfig, "name"},
-		{`{"cniVersion":"1.0.0","name":"a/b","type":"nodenet"}`, CodeInvalidConfig, "a/b"},
-		{`{"cniVersion":"1.0.0","name":"n","type":"macvlan"}`, CodeInvalidConfig, "macvlan"},
-		{`{"cniVersion":"1.0.0","name":"n","type":"nodenet","bridge":"a b"}`, CodeInvalidConfig, "bridge"},
-		{`{"cniVersion":"1.0.0","name":"n","type":"nodenet","mtu":70000}`, CodeInvalidConfig, "mtu"},
-		{`{"cniVersion":"1.0.0","name":"n","type":"nodenet","ranges":[[{"subnet":"10.0.0.0/24"},{"subnet":"10.0.0.128/25"}]]}`, CodeInvalidConfig, "overlap"},
-		{`{"cniVersion":"1.0.0","name":"n","type":"nodenet","ranges":[[{"subnet":"nope"}]]}`, CodeDecode, "nope"},
-		{`{"cniVersion":"1.0.0","name":"n","type":"nodenet","delegate":{}}`, CodeInvalidConfig, "delegate"},
-		{`{"cniVersion":"1.0.0","name":"n","type":"nodenet","ipam":{"type":"host-local"}}`, CodeInvalidConfig, "use ranges instead of ipam"},
-		{`{"cniVersion":"1.0.0","name":"n","type":"flannel","delegate":{"type":7}}`, CodeInvalidConfig, "delegate.type"},
-		{`{"cniVersion":"1.0.0","name":"n","type":"flannel","delegate":{"name":"x"}}`, CodeInvalidConfig, "name"},
-		{`{"cniVersion":"1.0.0","name":"n","type":"nodenet","prevResult":{"ips":[{"address":"banana"}]}}`, CodeDecode, "prevResult"},
+		{`{`, protocol.CodeDecode, "decode"},
+		{`{"cniVersion":"1.0.0","name":"n","type":"nodenet","mtu":"big"}`, protocol.CodeDecode, "mtu"},
+		{`{"name":"n","type":"nodenet"}`, protocol.CodeInvalidConfig, "cniVersion"},
+		{`{"cniVersion":"0.2.0","name":"n","type":"nodenet"}`, protocol.CodeIncompatibleVersion, "0.2.0"},
+		{`{"cniVersion":"1.0.0","type":"nodenet"}`, protocol.CodeInvalidConfig, "name"},
+		{`{"cniVersion":"1.0.0","name":"a/b","type":"nodenet"}`, protocol.CodeInvalidConfig, "a/b"},
+		{`{"cniVersion":"1.0.0","name":"n","type":"macvlan"}`, protocol.CodeInvalidConfig, "macvlan"},
+		{`{"cniVersion":"1.0.0","name":"n","type":"nodenet","bridge":"a b"}`, protocol.CodeInvalidConfig, "bridge"},
+		{`{"cniVersion":"1.0.0","name":"n","type":"nodenet","mtu":70000}`, protocol.CodeInvalidConfig, "mtu"},
+		{`{"cniVersion":"1.0.0","name":"n","type":"nodenet","ranges":[[{"subnet":"10.0.0.0/24"},{"subnet":"10.0.0.128/25"}]]}`, protocol.CodeInvalidConfig, "overlap"},
+		{`{"cniVersion":"1.0.0","name":"n","type":"nodenet","ranges":[[{"subnet":"nope"}]]}`, protocol.CodeDecode, "nope"},
+		{`{"cniVersion":"1.0.0","name":"n","type":"nodenet","delegate":{}}`, protocol.CodeInvalidConfig, "delegate"},
+		{`{"cniVersion":"1.0.0","name":"n","type":"nodenet","ipam":{"type":"host-local"}}`, protocol.CodeInvalidConfig, "use ranges instead of ipam"},
+		{`{"cniVersion":"1.0.0","name":"n","type":"flannel","delegate":{"type":7}}`, protocol.CodeInvalidConfig, "delegate.type"},
+		{`{"cniVersion":"1.0.0","name":"n","type":"flannel","delegate":{"name":"x"}}`, protocol.CodeInvalidConfig, "name"},
+		{`{"cniVersion":"1.0.0","name":"n","type":"nodenet","prevResult":{"ips":[{"address":"banana"}]}}`, protocol.CodeDecode, "prevResult"},
 	} {
 		_, err := ParseConfig([]byte(tc.conf))
-		if Code(err) != tc.code || !strings.Contains(err.Error(), tc.msg) {
-			t.Errorf("%s: got code %d %v, want %d mentioning %q", tc.conf, Code(err), err, tc.code, tc.msg)
+		if protocol.Code(err) != tc.code || !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("%s: got code %d %v, want %d mentioning %q", tc.conf, protocol.Code(err), err, tc.code, tc.msg)
 		}
 	}
 	c, err := ParseConfig([]byte(`{"cniVersion":"1.1.0","name":"n","type":"nodenet","cni.dev/attachments":[{"containerID":"a","ifname":"eth0"}]}`))
@@ -54,27 +56,13 @@ func TestRequestedIPs(t *testing.T) {
 		t.Fatalf("got %v %v", ips, err)
 	}
 	for _, bad := range []string{"IP=x", "IP=fe80::1%eth0", "novalue"} {
-		if _, err := requestedIPs(c, bad); Code(err) != CodeBadEnv {
+		if _, err := requestedIPs(c, bad); protocol.Code(err) != protocol.CodeBadEnv {
 			t.Errorf("CNI_ARGS %q: %v", bad, err)
 		}
 	}
 	c.RuntimeConfig = map[string]any{"ips": "10.0.0.1"}
-	if _, err := requestedIPs(c, ""); Code(err) != CodeInvalidConfig {
+	if _, err := requestedIPs(c, ""); protocol.Code(err) != protocol.CodeInvalidConfig {
 		t.Errorf("runtimeConfig.ips as a string: %v", err)
-	}
-}
-
-func TestErrorsWire(t *testing.T) {
-	err := fmt.Errorf("add: %w", errorf(CodeTryAgainLater, "subnet file missing"))
-	if te := AsWireError(err); te.Code != 11 || te.Msg != "add: subnet file missing" {
-		t.Fatalf("%+v", te)
-	}
-	if te := AsWireError(errors.New("boom")); te.Code != 999 {
-		t.Fatalf("%+v", te)
-	}
-	delegate := fmt.Errorf("delegate ptp ADD: %w", &WireError{Code: 7, Msg: "bad"})
-	if te := AsWireError(delegate); te.Code != 7 {
-		t.Fatalf("delegate error code %+v", te)
 	}
 }
 
@@ -112,33 +100,6 @@ func TestConflictingAddrs(t *testing.T) {
 	}
 }
 
-func TestChainOffsetsInterfaces(t *testing.T) {
-	two := 2
-	prev := &Result{CNIVersion: "1.0.0", Interfaces: []*Interface{{Name: "x"}}, DNS: DNS{Nameservers: []string{"1.1.1.1"}}}
-	ours := &Result{CNIVersion: "1.1.0", Interfaces: []*Interface{{Name: "a"}, {Name: "b"}, {Name: "c"}},
-		IPs: []*IPConfig{{Interface: &two}}}
-	got := chain(prev, ours)
-	if len(got.Interfaces) != 4 || *got.IPs[0].Interface != 3 || got.DNS.Nameservers[0] != "1.1.1.1" || got.CNIVersion != "1.1.0" || *ours.IPs[0].Interface != 2 {
-		t.Fatalf("%+v", got)
-	}
-}
-
-func TestValidateArgs(t *testing.T) {
-	for _, a := range []CmdArgs{
-		{ContainerID: "../../etc", IfName: "eth0"},
-		{ContainerID: "", IfName: "eth0"},
-		{ContainerID: "ok", IfName: "a:b"},
-		{ContainerID: "ok", IfName: "far-too-long-name"},
-	} {
-		if err := validateArgs(&a); Code(err) != CodeBadEnv {
-			t.Errorf("%+v: %v", a, err)
-		}
-	}
-	if err := validateArgs(&CmdArgs{ContainerID: "abc-1.2_3", IfName: "eth0"}); err != nil {
-		t.Error(err)
-	}
-}
-
 // TestLazyAttrs: the attributes reach records that get through, and are
 // not formatted for those that do not.
 func TestLazyAttrs(t *testing.T) {
@@ -152,5 +113,18 @@ func TestLazyAttrs(t *testing.T) {
 	l.With("k", "v").Warn("shown")
 	if out := buf.String(); !strings.Contains(out, "container=c1") || !strings.Contains(out, "k=v") || !strings.Contains(out, "msg=shown") {
 		t.Fatalf("log line %q", out)
+	}
+}
+
+// TestMainDecodesAsPlugin: the dispatcher decodes the configuration as the
+// plugin does, so a plugin key of the wrong type is a decoding error (code
+// 6) before anything else is checked — here an unsupported version.
+func TestMainDecodesAsPlugin(t *testing.T) {
+	env := map[string]string{"CNI_COMMAND": "ADD", "CNI_CONTAINERID": "c1", "CNI_NETNS": "/nonexistent/netns", "CNI_IFNAME": "eth0", "CNI_PATH": "/opt/cni/bin"}
+	var out strings.Builder
+	code := protocol.Main(t.Context(), &Plugin{}, func(k string) string { return env[k] },
+		strings.NewReader(`{"cniVersion":"0.2.0","name":"n","type":"nodenet","mtu":"big"}`), &out, io.Discard, "")
+	if code != 1 || !strings.Contains(out.String(), `"code":6`) || !strings.Contains(out.String(), "NetConf.mtu") {
+		t.Fatalf("exit %d: %s", code, out.String())
 	}
 }

@@ -9,16 +9,18 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+
+	"github.com/nodenet/nodenet/cni/protocol"
 )
 
 // execDelegate runs a flannel delegate that is not a bridge (ipvlan, ptp,
 // ...) as its own binary from CNI_PATH, as upstream flannel does for every
 // delegate. (libcni's invoke package would do, but it links net/http and
 // OpenTelemetry, which would double the binary for a path few use.)
-func execDelegate(ctx context.Context, command, typ string, conf []byte, args *CmdArgs) (*Result, error) {
+func execDelegate(ctx context.Context, command, typ string, conf []byte, args *protocol.CmdArgs) (*protocol.Result, error) {
 	path, err := findPlugin(typ, args.Path)
 	if err != nil {
-		return nil, errorf(CodeInvalidConfig, "delegate %q: %w", typ, err)
+		return nil, protocol.Errorf(protocol.CodeInvalidConfig, "delegate %q: %w", typ, err)
 	}
 	cmd := exec.CommandContext(ctx, path)
 	cmd.Env = append(os.Environ(),
@@ -28,7 +30,7 @@ func execDelegate(ctx context.Context, command, typ string, conf []byte, args *C
 	cmd.Stderr = os.Stderr
 	out, err := cmd.Output()
 	if err != nil {
-		var te WireError
+		var te protocol.WireError
 		if json.Unmarshal(out, &te) == nil && te.Code != 0 {
 			return nil, fmt.Errorf("delegate %s %s: %w", typ, command, &te)
 		}
@@ -41,11 +43,11 @@ func execDelegate(ctx context.Context, command, typ string, conf []byte, args *C
 		CNIVersion string `json:"cniVersion"`
 	}
 	if err := json.Unmarshal(conf, &cv); err != nil {
-		return nil, errorf(CodeDecode, "delegate configuration: %w", err)
+		return nil, protocol.Errorf(protocol.CodeDecode, "delegate configuration: %w", err)
 	}
-	var res Result
+	var res protocol.Result
 	if err := json.Unmarshal(out, &res); err != nil {
-		return nil, errorf(CodeDecode, "delegate %s result: %w", typ, err)
+		return nil, protocol.Errorf(protocol.CodeDecode, "delegate %s result: %w", typ, err)
 	}
 	// The result goes on to the runtime in the configuration's version.
 	res.CNIVersion = cv.CNIVersion
@@ -70,7 +72,7 @@ func findPlugin(typ, cniPath string) (string, error) {
 func withPrevResult(conf []byte, prev json.RawMessage) ([]byte, error) {
 	var m map[string]any
 	if err := json.Unmarshal(conf, &m); err != nil {
-		return nil, errorf(CodeDecode, "decode delegate configuration: %w", err)
+		return nil, protocol.Errorf(protocol.CodeDecode, "decode delegate configuration: %w", err)
 	}
 	m["prevResult"] = prev
 	return json.Marshal(m)

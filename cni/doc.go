@@ -17,8 +17,21 @@
 // rolls back everything it did on failure; DEL is idempotent and needs no
 // subnet.env; CHECK compares the kernel and the store with prevResult; GC
 // removes whatever belongs to attachments the runtime no longer knows;
-// STATUS reports whether ADD can work. Failures are *Error values carrying
-// the spec's error code.
+// STATUS reports whether ADD can work. Failures are *protocol.Error values
+// carrying the spec's error code.
+//
+// The package is the plugin's logic, in three layers:
+//
+//   - package cni (this one): what ADD, DEL, CHECK, GC and STATUS do — the
+//     configuration and its two types, address allocation, which links
+//     and addresses a pod gets, names and ownership tags, rollback, the
+//     reaper. Plugin implements protocol.Plugin.
+//   - cni/protocol: the CNI protocol (dispatch on CNI_COMMAND, CNI_*
+//     variables, version negotiation, results and error objects, the
+//     configuration decoder). It knows nothing of bridges or pods.
+//   - cni/kernel: the kernel work (links, addresses, routes, sysctls,
+//     namespaces) in rtnetlink messages built on internal/nlmsg. It
+//     decides nothing.
 //
 // The host side is the network namespace of the calling thread, the pod
 // side is reached through sockets opened in the pod's namespace: the
@@ -36,13 +49,13 @@
 // deletes every cut-off pair in one request.
 //
 // A plugin process lives for one command, so its start-up and the first
-// run of each code path count as much as the work itself. Hence the package
-// speaks the CNI protocol itself (dispatch.go, result.go) rather than
-// linking the reference library's skel and types packages, writes and
-// reads its rtnetlink messages itself rather than linking the netlink
-// library and package net (nlmsg.go, links.go), decodes the usual
-// configuration without reflection (confjson.go), and opens its few files
-// without the runtime's poller; and each veth end gets a single queue,
-// which makes the kernel's part of creating the pair less than half as
-// long.
+// run of each code path count as much as the work itself. Hence the plugin
+// speaks the CNI protocol itself (cni/protocol) rather than linking the
+// reference library's skel and types packages, writes and reads its
+// rtnetlink messages itself (cni/kernel, internal/nlmsg) rather than
+// linking the netlink library and package net, decodes the usual
+// configuration without reflection (protocol.Decode), and opens its few
+// files without the runtime's poller; and each veth end gets a single
+// queue, which makes the kernel's part of creating the pair less than half
+// as long.
 package cni

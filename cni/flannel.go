@@ -9,8 +9,9 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/nodenet/nodenet/flanneld/subnetenv"
+	"github.com/nodenet/nodenet/cni/protocol"
 	"github.com/nodenet/nodenet/ipam/hostlocal"
+	"github.com/nodenet/nodenet/subnetenv"
 )
 
 // The flannel-style config ("type": "flannel") is upstream flannel's
@@ -25,23 +26,23 @@ import (
 // delegateConf is the bridge delegate's configuration as the reference
 // bridge plugin reads it; only what we implement is decoded.
 type delegateConf struct {
-	CNIVersion       string `json:"cniVersion"`
-	Name             string `json:"name"`
-	Type             string `json:"type"`
-	Bridge           string `json:"bridge"`
-	IsGateway        bool   `json:"isGateway"`
-	IsDefaultGateway bool   `json:"isDefaultGateway"`
-	ForceAddress     bool   `json:"forceAddress"`
-	IPMasq           bool   `json:"ipMasq"`
-	MTU              int    `json:"mtu"`
-	HairpinMode      bool   `json:"hairpinMode"`
-	PromiscMode      bool   `json:"promiscMode"`
-	DNS              DNS    `json:"dns"`
+	CNIVersion       string       `json:"cniVersion"`
+	Name             string       `json:"name"`
+	Type             string       `json:"type"`
+	Bridge           string       `json:"bridge"`
+	IsGateway        bool         `json:"isGateway"`
+	IsDefaultGateway bool         `json:"isDefaultGateway"`
+	ForceAddress     bool         `json:"forceAddress"`
+	IPMasq           bool         `json:"ipMasq"`
+	MTU              int          `json:"mtu"`
+	HairpinMode      bool         `json:"hairpinMode"`
+	PromiscMode      bool         `json:"promiscMode"`
+	DNS              protocol.DNS `json:"dns"`
 	IPAM             struct {
 		Type    string               `json:"type"`
 		DataDir string               `json:"dataDir"`
 		Ranges  []hostlocal.RangeSet `json:"ranges"`
-		Routes  []*Route             `json:"routes"`
+		Routes  []*protocol.Route    `json:"routes"`
 	} `json:"ipam"`
 }
 
@@ -85,11 +86,11 @@ func renderDelegate(c *NetConf, env subnetenv.Env) (conf []byte, typ string, err
 		ipam["type"] = defaultDelegateIPAM
 	}
 	var ranges [][]map[string]any
-	var routes []Route
+	var routes []protocol.Route
 	if raw, ok := ipam["routes"]; ok {
 		b, _ := json.Marshal(raw)
 		if err := json.Unmarshal(b, &routes); err != nil {
-			return nil, "", errorf(CodeInvalidConfig, "network configuration: ipam.routes: %w", err)
+			return nil, "", protocol.Errorf(protocol.CodeInvalidConfig, "network configuration: ipam.routes: %w", err)
 		}
 	}
 	for _, v6 := range []bool{false, true} {
@@ -102,14 +103,14 @@ func renderDelegate(c *NetConf, env subnetenv.Env) (conf []byte, typ string, err
 		if v6 {
 			nw = env.IPv6Network
 		}
-		routes = append(routes, Route{Dst: nw})
+		routes = append(routes, protocol.Route{Dst: nw})
 	}
 	ipam["ranges"] = ranges
 	ipam["routes"] = routes
 	d["ipam"] = ipam
 	b, err := json.Marshal(d)
 	if err != nil {
-		return nil, "", errorf(CodeInvalidConfig, "render delegate configuration: %w", err)
+		return nil, "", protocol.Errorf(protocol.CodeInvalidConfig, "render delegate configuration: %w", err)
 	}
 	return b, typ, nil
 }
@@ -120,7 +121,7 @@ func delegateType(b []byte) (string, error) {
 		Type string `json:"type"`
 	}
 	if err := json.Unmarshal(b, &t); err != nil {
-		return "", errorf(CodeDecode, "decode delegate configuration: %w", err)
+		return "", protocol.Errorf(protocol.CodeDecode, "decode delegate configuration: %w", err)
 	}
 	return t.Type, nil
 }
@@ -129,10 +130,10 @@ func delegateType(b []byte) (string, error) {
 func bridgeNetwork(b []byte) (*network, error) {
 	var d delegateConf
 	if err := json.Unmarshal(b, &d); err != nil {
-		return nil, errorf(CodeDecode, "decode delegate configuration: %w", err)
+		return nil, protocol.Errorf(protocol.CodeDecode, "decode delegate configuration: %w", err)
 	}
 	if d.IPAM.Type != defaultDelegateIPAM {
-		return nil, errorf(CodeInvalidConfig, "delegate ipam type %q: nodenet-cni allocates in-process and supports only %q", d.IPAM.Type, defaultDelegateIPAM)
+		return nil, protocol.Errorf(protocol.CodeInvalidConfig, "delegate ipam type %q: nodenet-cni allocates in-process and supports only %q", d.IPAM.Type, defaultDelegateIPAM)
 	}
 	n := &network{
 		name: d.Name, cniVersion: d.CNIVersion, bridge: d.Bridge, mtu: d.MTU,
@@ -152,7 +153,7 @@ func bridgeNetwork(b []byte) (*network, error) {
 	for i, set := range d.IPAM.Ranges {
 		canon, err := set.Canonical()
 		if err != nil {
-			return nil, errorf(CodeInvalidConfig, "delegate ipam ranges[%d]: %w", i, err)
+			return nil, protocol.Errorf(protocol.CodeInvalidConfig, "delegate ipam ranges[%d]: %w", i, err)
 		}
 		n.rangeSets = append(n.rangeSets, canon)
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nodenet/nodenet/cni/protocol"
 	"github.com/nodenet/nodenet/internal/nettest"
 )
 
@@ -141,7 +142,7 @@ func TestFlannelGC(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(n.cacheDir, "other-net"), []byte(`{"name":"other","type":"bridge"}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	gcConf := withKey(t, conf, validAttachmentsKey, []map[string]string{{"containerID": "keep", "ifname": "eth0"}})
+	gcConf := withKey(t, conf, protocol.ValidAttachmentsKey, []map[string]string{{"containerID": "keep", "ifname": "eth0"}})
 	if err := n.gc(args(nil, "", gcConf)); err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"os"
 
+	"github.com/nodenet/nodenet/cni/kernel"
+	"github.com/nodenet/nodenet/cni/protocol"
 	"github.com/nodenet/nodenet/ipam/hostlocal"
 )
 
@@ -16,7 +18,7 @@ import (
 // flannel delegate cache entries. This is what cleans up after a node
 // reboot or a crashed ADD, the leaks upstream's bridge + host-local keep
 // (containernetworking/plugins #697, #1047).
-func (p *Plugin) GC(ctx context.Context, args *CmdArgs) error {
+func (p *Plugin) GC(ctx context.Context, args *protocol.CmdArgs) error {
 	c, log, done, err := p.start(args, false)
 	if err != nil {
 		return err
@@ -35,7 +37,7 @@ func (p *Plugin) GC(ctx context.Context, args *CmdArgs) error {
 	errs = append(errs, err)
 	store, err := hostlocal.Open(n.dataDir, n.name)
 	if err != nil {
-		return withCode(CodeIO, errors.Join(append(errs, err)...))
+		return protocol.WithCode(protocol.CodeIO, errors.Join(append(errs, err)...))
 	}
 	defer store.Close()
 	released, err := store.GC(valid)
@@ -54,12 +56,12 @@ func (p *Plugin) GC(ctx context.Context, args *CmdArgs) error {
 // whatever DELs left to a reaper: all doomed first, then deleted in one
 // request.
 func gcVeths(network string, valid []hostlocal.Attachment) ([]string, error) {
-	hc, err := rtnlSocket(nil)
+	hc, err := kernel.Dial()
 	if err != nil {
 		return nil, err
 	}
 	defer hc.Close()
-	links, err := hc.listLinks()
+	links, err := hc.Links()
 	if err != nil {
 		return nil, err
 	}
@@ -70,15 +72,15 @@ func gcVeths(network string, valid []hostlocal.Attachment) ([]string, error) {
 	var deleted []string
 	var errs []error
 	for _, l := range links {
-		nw, a, ok := parseAlias(l.alias)
-		if !ok || nw != network || keep[a] || l.kind != "veth" {
+		nw, a, ok := parseAlias(l.Alias)
+		if !ok || nw != network || keep[a] || l.Kind != "veth" {
 			continue
 		}
-		if err := doom(hc, l.index); err != nil && !isLinkNotFound(err) {
-			errs = append(errs, fmt.Errorf("delete stale veth %s: %w", l.name, err))
+		if err := hc.SetDownInGroup(l.Index, doomedGroup); err != nil && !kernel.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete stale veth %s: %w", l.Name, err))
 			continue
 		}
-		deleted = append(deleted, l.name)
+		deleted = append(deleted, l.Name)
 	}
 	return deleted, errors.Join(append(errs, ReapDoomed())...)
 }
@@ -86,40 +88,40 @@ func gcVeths(network string, valid []hostlocal.Attachment) ([]string, error) {
 // Status implements STATUS (spec 1.1): ready when subnet.env is there and
 // valid, the bridge could be set up, and the allocation store is usable.
 // Anything else is code 50, "plugin not available".
-func (p *Plugin) Status(ctx context.Context, args *CmdArgs) error {
+func (p *Plugin) Status(ctx context.Context, args *protocol.CmdArgs) error {
 	c, err := ParseConfig(args.StdinData)
 	if err != nil {
 		return err
 	}
 	env, err := readSubnetEnv(c.SubnetFile)
 	if err != nil {
-		return &Error{Code: CodeNotAvailable, Err: err}
+		return &protocol.Error{Code: protocol.CodeNotAvailable, Err: err}
 	}
 	var n *network
 	if c.Type == TypeFlannel {
 		conf, typ, err := renderDelegate(c, env)
 		if err != nil {
-			return &Error{Code: CodeNotAvailable, Err: err}
+			return &protocol.Error{Code: protocol.CodeNotAvailable, Err: err}
 		}
 		if typ != defaultDelegateType {
 			return nil // another plugin's business
 		}
 		if n, err = bridgeNetwork(conf); err != nil {
-			return &Error{Code: CodeNotAvailable, Err: err}
+			return &protocol.Error{Code: protocol.CodeNotAvailable, Err: err}
 		}
 	} else if n, err = nodenetNetwork(c, env); err != nil {
-		return &Error{Code: CodeNotAvailable, Err: err}
+		return &protocol.Error{Code: protocol.CodeNotAvailable, Err: err}
 	}
-	hc, err := rtnlSocket(nil)
+	hc, err := kernel.Dial()
 	if err != nil {
-		return &Error{Code: CodeNotAvailable, Err: err}
+		return &protocol.Error{Code: protocol.CodeNotAvailable, Err: err}
 	}
 	defer hc.Close()
 	if err := checkBridge(hc, n, rangeGateways(n)); err != nil {
-		return &Error{Code: CodeNotAvailable, Err: err}
+		return &protocol.Error{Code: protocol.CodeNotAvailable, Err: err}
 	}
 	if err := os.MkdirAll(n.dataDir, 0o755); err != nil {
-		return &Error{Code: CodeNotAvailable, Err: fmt.Errorf("allocation store: %w", err)}
+		return &protocol.Error{Code: protocol.CodeNotAvailable, Err: fmt.Errorf("allocation store: %w", err)}
 	}
 	return nil
 }

@@ -18,9 +18,10 @@ import (
 	"github.com/containernetworking/cni/pkg/version"
 	"github.com/vishvananda/netlink"
 
-	"github.com/nodenet/nodenet/flanneld/subnetenv"
+	"github.com/nodenet/nodenet/cni/protocol"
 	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/ipam/hostlocal"
+	"github.com/nodenet/nodenet/subnetenv"
 )
 
 func TestMain(m *testing.M) {
@@ -83,8 +84,8 @@ func (n *node) flannelConf(version, delegate string) []byte {
 		version, n.subnetFile, n.cacheDir, delegate)
 }
 
-func args(pod *nettest.NS, id string, conf []byte) *CmdArgs {
-	a := &CmdArgs{ContainerID: id, IfName: "eth0", StdinData: conf, Path: "/usr/lib/cni"}
+func args(pod *nettest.NS, id string, conf []byte) *protocol.CmdArgs {
+	a := &protocol.CmdArgs{ContainerID: id, IfName: "eth0", StdinData: conf, Path: "/usr/lib/cni"}
 	if pod != nil {
 		a.Netns = pod.Path()
 	}
@@ -94,8 +95,8 @@ func args(pod *nettest.NS, id string, conf []byte) *CmdArgs {
 // The plugin's host side is the calling thread's namespace, so every call
 // runs on a thread inside the node's host namespace.
 
-func (n *node) add(a *CmdArgs) (*Result, error) {
-	var res *Result
+func (n *node) add(a *protocol.CmdArgs) (*protocol.Result, error) {
+	var res *protocol.Result
 	err := n.host.Do(func() (err error) {
 		res, err = n.plugin.Add(context.Background(), a)
 		return err
@@ -103,7 +104,7 @@ func (n *node) add(a *CmdArgs) (*Result, error) {
 	return res, err
 }
 
-func (n *node) mustAdd(a *CmdArgs) *current.Result {
+func (n *node) mustAdd(a *protocol.CmdArgs) *current.Result {
 	n.t.Helper()
 	res, err := n.add(a)
 	if err != nil {
@@ -115,7 +116,7 @@ func (n *node) mustAdd(a *CmdArgs) *current.Result {
 // toCurrent reads our result back with the reference library's decoder for
 // its version and converts it to the library's newest result type: what a
 // runtime sees.
-func toCurrent(t *testing.T, res *Result) *current.Result {
+func toCurrent(t *testing.T, res *protocol.Result) *current.Result {
 	t.Helper()
 	b, err := json.Marshal(res)
 	if err != nil {
@@ -132,14 +133,14 @@ func toCurrent(t *testing.T, res *Result) *current.Result {
 	return r
 }
 
-func (n *node) do(fn func(context.Context, *CmdArgs) error, a *CmdArgs) error {
+func (n *node) do(fn func(context.Context, *protocol.CmdArgs) error, a *protocol.CmdArgs) error {
 	return n.host.Do(func() error { return fn(context.Background(), a) })
 }
 
-func (n *node) del(a *CmdArgs) error   { return n.do(n.plugin.Del, a) }
-func (n *node) check(a *CmdArgs) error { return n.do(n.plugin.Check, a) }
-func (n *node) gc(a *CmdArgs) error    { return n.do(n.plugin.GC, a) }
-func (n *node) status(a *CmdArgs) error {
+func (n *node) del(a *protocol.CmdArgs) error   { return n.do(n.plugin.Del, a) }
+func (n *node) check(a *protocol.CmdArgs) error { return n.do(n.plugin.Check, a) }
+func (n *node) gc(a *protocol.CmdArgs) error    { return n.do(n.plugin.GC, a) }
+func (n *node) status(a *protocol.CmdArgs) error {
 	return n.do(n.plugin.Status, a)
 }
 
@@ -265,7 +266,7 @@ func wantCode(t *testing.T, err error, code uint, msgParts ...string) {
 	if err == nil {
 		t.Fatalf("got success, want error code %d", code)
 	}
-	te := AsWireError(err)
+	te := protocol.AsWireError(err)
 	if te.Code != code {
 		t.Fatalf("got code %d (%v), want %d", te.Code, err, code)
 	}

@@ -9,12 +9,14 @@ import (
 	"os"
 	"slices"
 
-	"github.com/nodenet/nodenet/flanneld/subnetenv"
+	"github.com/nodenet/nodenet/cni/kernel"
+	"github.com/nodenet/nodenet/cni/protocol"
 	"github.com/nodenet/nodenet/ipam/hostlocal"
+	"github.com/nodenet/nodenet/subnetenv"
 )
 
 // Plugin implements the CNI commands. Each method takes what the runtime
-// passed (environment and stdin, as CmdArgs) and acts on the network
+// passed (environment and stdin, as protocol.CmdArgs) and acts on the network
 // namespace of the calling thread as the host side; the binary runs it in
 // the node's namespace, tests on a thread inside a throwaway one.
 type Plugin struct {
@@ -39,17 +41,19 @@ type Plugin struct {
 	Prepared *PreparedPod
 }
 
+var _ protocol.Plugin = (*Plugin)(nil)
+
 // start parses the configuration and sets up the command's logger (done
 // closes the configuration's log file); for a command about one
 // attachment (all but GC) it also checks the container ID and interface
 // name.
-func (p *Plugin) start(args *CmdArgs, attachment bool) (c *NetConf, log *slog.Logger, done func(), err error) {
+func (p *Plugin) start(args *protocol.CmdArgs, attachment bool) (c *NetConf, log *slog.Logger, done func(), err error) {
 	if c, err = ParseConfig(args.StdinData); err != nil {
 		return nil, nil, nil, err
 	}
 	log, done = p.logger(c, args)
 	if attachment {
-		if err := validateArgs(args); err != nil {
+		if err := protocol.ValidateArgs(args); err != nil {
 			done()
 			return nil, nil, nil, err
 		}
@@ -58,7 +62,7 @@ func (p *Plugin) start(args *CmdArgs, attachment bool) (c *NetConf, log *slog.Lo
 }
 
 // logger adds the configuration's optional log file to p.Log.
-func (p *Plugin) logger(c *NetConf, args *CmdArgs) (*slog.Logger, func()) {
+func (p *Plugin) logger(c *NetConf, args *protocol.CmdArgs) (*slog.Logger, func()) {
 	base := p.Log
 	if base == nil {
 		base = slog.New(slog.DiscardHandler)
@@ -77,14 +81,14 @@ func (p *Plugin) logger(c *NetConf, args *CmdArgs) (*slog.Logger, func()) {
 }
 
 // Add implements ADD and returns the result in the configuration's version.
-func (p *Plugin) Add(ctx context.Context, args *CmdArgs) (*Result, error) {
+func (p *Plugin) Add(ctx context.Context, args *protocol.CmdArgs) (*protocol.Result, error) {
 	c, log, done, err := p.start(args, true)
 	if err != nil {
 		return nil, err
 	}
 	defer done()
 	if args.Netns == "" {
-		return nil, errorf(CodeBadEnv, "CNI_NETNS is empty")
+		return nil, protocol.Errorf(protocol.CodeBadEnv, "CNI_NETNS is empty")
 	}
 	requested, err := requestedIPs(c, args.Args)
 	if err != nil {
@@ -107,13 +111,13 @@ func (p *Plugin) Add(ctx context.Context, args *CmdArgs) (*Result, error) {
 
 // addFlannel renders and caches the delegate like upstream flannel, then
 // runs a bridge delegate in-process and any other type as a binary.
-func (p *Plugin) addFlannel(ctx context.Context, log *slog.Logger, c *NetConf, env subnetenv.Env, args *CmdArgs, requested []netip.Addr) (_ *Result, err error) {
+func (p *Plugin) addFlannel(ctx context.Context, log *slog.Logger, c *NetConf, env subnetenv.Env, args *protocol.CmdArgs, requested []netip.Addr) (_ *protocol.Result, err error) {
 	conf, typ, err := renderDelegate(c, env)
 	if err != nil {
 		return nil, err
 	}
 	if err := saveDelegate(c.DataDir, args.ContainerID, conf); err != nil {
-		return nil, withCode(CodeIO, err)
+		return nil, protocol.WithCode(protocol.CodeIO, err)
 	}
 	defer func() {
 		if err != nil {
@@ -130,44 +134,44 @@ func (p *Plugin) addFlannel(ctx context.Context, log *slog.Logger, c *NetConf, e
 	return p.addNetwork(ctx, log, c, n, args, requested)
 }
 
-func (p *Plugin) addNetwork(ctx context.Context, log *slog.Logger, c *NetConf, n *network, args *CmdArgs, requested []netip.Addr) (*Result, error) {
+func (p *Plugin) addNetwork(ctx context.Context, log *slog.Logger, c *NetConf, n *network, args *protocol.CmdArgs, requested []netip.Addr) (*protocol.Result, error) {
 	res, err := p.add(ctx, log, n, args, requested)
 	if err != nil {
 		log.Warn("ADD failed", "err", err)
 		return nil, err
 	}
 	log.Info("ADD", "ips", res.IPs)
-	return chain(c.PrevResult, res), nil
+	return protocol.Chain(c.PrevResult, res), nil
 }
 
-func (p *Plugin) add(ctx context.Context, log *slog.Logger, n *network, args *CmdArgs, requested []netip.Addr) (_ *Result, err error) {
+func (p *Plugin) add(ctx context.Context, log *slog.Logger, n *network, args *protocol.CmdArgs, requested []netip.Addr) (_ *protocol.Result, err error) {
 	if len(n.rangeSets) == 0 {
-		return nil, errorf(CodeInvalidConfig, "no address ranges to allocate from")
+		return nil, protocol.Errorf(protocol.CodeInvalidConfig, "no address ranges to allocate from")
 	}
 	podNS, err := p.openPod(args.Netns)
 	if err != nil {
-		return nil, errorf(CodeBadEnv, "CNI_NETNS %q: %w", args.Netns, err)
+		return nil, protocol.Errorf(protocol.CodeBadEnv, "CNI_NETNS %q: %w", args.Netns, err)
 	}
 	defer podNS.Close()
-	hc, err := rtnlSocket(nil)
+	hc, err := kernel.Dial()
 	if err != nil {
 		return nil, err
 	}
 	defer hc.Close()
 	store, err := hostlocal.Open(n.dataDir, n.name)
 	if err != nil {
-		return nil, withCode(CodeIO, err)
+		return nil, protocol.WithCode(protocol.CodeIO, err)
 	}
 	defer store.Close()
 
 	allocs, err := store.Allocate(hostlocal.Request{ContainerID: args.ContainerID, IfName: args.IfName, RangeSets: n.rangeSets, IPs: requested})
 	switch {
 	case errors.Is(err, hostlocal.ErrExhausted), errors.Is(err, hostlocal.ErrInUse):
-		return nil, errorf(CodeTryAgainLater, "allocate address in %s: %w", n.name, err)
+		return nil, protocol.Errorf(protocol.CodeTryAgainLater, "allocate address in %s: %w", n.name, err)
 	case errors.Is(err, hostlocal.ErrNotInRange):
-		return nil, errorf(CodeInvalidConfig, "allocate address in %s: %w", n.name, err)
+		return nil, protocol.Errorf(protocol.CodeInvalidConfig, "allocate address in %s: %w", n.name, err)
 	case err != nil:
-		return nil, withCode(CodeIO, fmt.Errorf("allocate address in %s: %w", n.name, err))
+		return nil, protocol.WithCode(protocol.CodeIO, fmt.Errorf("allocate address in %s: %w", n.name, err))
 	}
 	success := false
 	defer func() {
@@ -204,7 +208,7 @@ func (p *Plugin) add(ctx context.Context, log *slog.Logger, n *network, args *Cm
 	}
 	if n.isGateway {
 		v4, v6 := familyGateways(allocs)
-		if err := enableForwarding(v4.IsValid(), v6.IsValid()); err != nil {
+		if err := kernel.EnableForwarding(v4.IsValid(), v6.IsValid()); err != nil {
 			return nil, err
 		}
 	}
@@ -214,7 +218,7 @@ func (p *Plugin) add(ctx context.Context, log *slog.Logger, n *network, args *Cm
 		}
 	}
 	success = true
-	return buildResult(n, br.mac, pair, args.IfName, args.Netns, allocs, routes), nil
+	return buildResult(n, br.MAC, pair, args.IfName, args.Netns, allocs, routes), nil
 }
 
 func gatewayPrefixes(allocs []hostlocal.Allocation) []netip.Prefix {

@@ -13,11 +13,11 @@ import (
 	"testing"
 
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
-	"github.com/nodenet/nodenet/flanneld/subnetenv"
+	"github.com/nodenet/nodenet/cni/protocol"
 	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/ipam/hostlocal"
+	"github.com/nodenet/nodenet/subnetenv"
 )
 
 // TestLifecycleAllVersions runs ADD, CHECK, DEL (twice), GC and STATUS in
@@ -80,7 +80,7 @@ func TestLifecycleAllVersions(t *testing.T) {
 				pod2 := nettest.New(t)
 				a2 := args(pod2, "lifecycle-gc", conf)
 				n.mustAdd(a2)
-				gcConf := withKey(t, conf, validAttachmentsKey, []map[string]string{{"containerID": a.ContainerID, "ifname": "eth0"}})
+				gcConf := withKey(t, conf, protocol.ValidAttachmentsKey, []map[string]string{{"containerID": a.ContainerID, "ifname": "eth0"}})
 				if err := n.gc(args(nil, "", gcConf)); err != nil {
 					t.Fatalf("GC: %v", err)
 				}
@@ -110,14 +110,14 @@ func TestLifecycleAllVersions(t *testing.T) {
 }
 
 func TestVersionInfo(t *testing.T) {
-	if got := SupportedVersions; !slices.Equal(got, allVersions) {
+	if got := protocol.SupportedVersions; !slices.Equal(got, allVersions) {
 		t.Fatalf("supported versions %v, want %v", got, allVersions)
 	}
 }
 
 // checkShape checks what differs between spec versions: 0.3.x/0.4.0 IPs
 // carry "version", 1.1.0 interfaces carry "mtu", the others do not.
-func checkShape(t *testing.T, v string, res *Result) {
+func checkShape(t *testing.T, v string, res *protocol.Result) {
 	t.Helper()
 	b, err := json.Marshal(res)
 	if err != nil {
@@ -291,7 +291,7 @@ func TestGCAfterCrashedAdd(t *testing.T) {
 	if len(n.reservations("cbr0")) != 2 {
 		t.Fatalf("the held ADD has no reservation: %v", n.reservations("cbr0"))
 	}
-	gcConf := withKey(t, conf, validAttachmentsKey, []map[string]string{{"containerID": "live", "ifname": "eth0"}})
+	gcConf := withKey(t, conf, protocol.ValidAttachmentsKey, []map[string]string{{"containerID": "live", "ifname": "eth0"}})
 	if err := n.gc(args(nil, "", gcConf)); err != nil {
 		t.Fatal(err)
 	}
@@ -445,38 +445,38 @@ func TestAddFailuresLeaveNothing(t *testing.T) {
 	pod := nettest.New(t)
 	for _, tc := range []struct {
 		name  string
-		setup func(a *CmdArgs)
+		setup func(a *protocol.CmdArgs)
 		code  uint
 		msg   []string
 	}{
-		{"pod already has eth0", func(a *CmdArgs) { pod.MustExec(t, "ip", "link", "add", "eth0", "type", "bridge") }, CodeInternal, []string{"eth0"}},
-		{"requested address outside ranges", func(a *CmdArgs) { a.Args = "IP=10.9.9.9" }, CodeInvalidConfig, []string{"10.9.9.9"}},
-		{"requested gateway", func(a *CmdArgs) { a.Args = "IP=10.244.1.1" }, CodeInvalidConfig, []string{"gateway"}},
-		{"bad CNI_ARGS", func(a *CmdArgs) { a.Args = "IP=banana" }, CodeBadEnv, []string{"banana"}},
-		{"malformed CNI_ARGS", func(a *CmdArgs) { a.Args = "garbage" }, CodeBadEnv, []string{"garbage"}},
-		{"missing netns", func(a *CmdArgs) { a.Netns = "/run/netns/nnt-nope" }, CodeBadEnv, []string{"nnt-nope"}},
-		{"empty netns", func(a *CmdArgs) { a.Netns = "" }, CodeBadEnv, []string{"CNI_NETNS"}},
-		{"no subnet.env", func(a *CmdArgs) { a.StdinData = withKey(t, conf, "subnetFile", "/nonexistent/subnet.env") }, CodeTryAgainLater, []string{"/nonexistent/subnet.env"}},
-		{"malformed subnet.env", func(a *CmdArgs) {
+		{"pod already has eth0", func(a *protocol.CmdArgs) { pod.MustExec(t, "ip", "link", "add", "eth0", "type", "bridge") }, protocol.CodeInternal, []string{"eth0"}},
+		{"requested address outside ranges", func(a *protocol.CmdArgs) { a.Args = "IP=10.9.9.9" }, protocol.CodeInvalidConfig, []string{"10.9.9.9"}},
+		{"requested gateway", func(a *protocol.CmdArgs) { a.Args = "IP=10.244.1.1" }, protocol.CodeInvalidConfig, []string{"gateway"}},
+		{"bad CNI_ARGS", func(a *protocol.CmdArgs) { a.Args = "IP=banana" }, protocol.CodeBadEnv, []string{"banana"}},
+		{"malformed CNI_ARGS", func(a *protocol.CmdArgs) { a.Args = "garbage" }, protocol.CodeBadEnv, []string{"garbage"}},
+		{"missing netns", func(a *protocol.CmdArgs) { a.Netns = "/run/netns/nnt-nope" }, protocol.CodeBadEnv, []string{"nnt-nope"}},
+		{"empty netns", func(a *protocol.CmdArgs) { a.Netns = "" }, protocol.CodeBadEnv, []string{"CNI_NETNS"}},
+		{"no subnet.env", func(a *protocol.CmdArgs) { a.StdinData = withKey(t, conf, "subnetFile", "/nonexistent/subnet.env") }, protocol.CodeTryAgainLater, []string{"/nonexistent/subnet.env"}},
+		{"malformed subnet.env", func(a *protocol.CmdArgs) {
 			bad := filepath.Join(n.dir, "bad.env")
 			os.WriteFile(bad, []byte("FLANNEL_NETWORK=10.244.0.0/16\nFLANNEL_SUBNET=10.244.1.1/24\nFLANNEL_MTU=big\nFLANNEL_IPMASQ=true\n"), 0o644)
 			a.StdinData = withKey(t, conf, "subnetFile", bad)
-		}, CodeTryAgainLater, []string{"bad.env", "FLANNEL_MTU"}},
-		{"exhausted range", func(a *CmdArgs) {
+		}, protocol.CodeTryAgainLater, []string{"bad.env", "FLANNEL_MTU"}},
+		{"exhausted range", func(a *protocol.CmdArgs) {
 			a.StdinData = withKey(t, conf, "ranges", [][]map[string]string{{{"subnet": "10.244.1.0/24", "rangeStart": "10.244.1.2", "rangeEnd": "10.244.1.2"}}})
 			s, _ := hostlocal.Open(n.dataDir, "cbr0")
 			os.WriteFile(filepath.Join(s.Dir(), "10.244.1.2"), []byte("someone\r\neth0"), 0o600)
 			s.Close()
-		}, CodeTryAgainLater, []string{"no free address"}},
-		{"bad JSON", func(a *CmdArgs) { a.StdinData = []byte(`{"cniVersion":`) }, CodeDecode, nil},
-		{"unknown type", func(a *CmdArgs) { a.StdinData = withKey(t, conf, "type", "bridge") }, CodeInvalidConfig, []string{`"bridge"`}},
-		{"bad bridge name", func(a *CmdArgs) { a.StdinData = withKey(t, conf, "bridge", "this-name-is-far-too-long") }, CodeInvalidConfig, []string{"this-name-is-far-too-long"}},
-		{"bad mtu", func(a *CmdArgs) { a.StdinData = withKey(t, conf, "mtu", 10) }, CodeInvalidConfig, []string{"mtu"}},
-		{"bad ranges", func(a *CmdArgs) {
+		}, protocol.CodeTryAgainLater, []string{"no free address"}},
+		{"bad JSON", func(a *protocol.CmdArgs) { a.StdinData = []byte(`{"cniVersion":`) }, protocol.CodeDecode, nil},
+		{"unknown type", func(a *protocol.CmdArgs) { a.StdinData = withKey(t, conf, "type", "bridge") }, protocol.CodeInvalidConfig, []string{`"bridge"`}},
+		{"bad bridge name", func(a *protocol.CmdArgs) { a.StdinData = withKey(t, conf, "bridge", "this-name-is-far-too-long") }, protocol.CodeInvalidConfig, []string{"this-name-is-far-too-long"}},
+		{"bad mtu", func(a *protocol.CmdArgs) { a.StdinData = withKey(t, conf, "mtu", 10) }, protocol.CodeInvalidConfig, []string{"mtu"}},
+		{"bad ranges", func(a *protocol.CmdArgs) {
 			a.StdinData = withKey(t, conf, "ranges", [][]map[string]string{{{"subnet": "10.244.1.7/24"}}})
-		}, CodeInvalidConfig, []string{"host bits"}},
-		{"missing name", func(a *CmdArgs) { a.StdinData = withKey(t, conf, "name", "") }, CodeInvalidConfig, []string{"name"}},
-		{"flannel delegate with ipam", func(a *CmdArgs) { a.StdinData = n.flannelConf("1.0.0", `{"ipam":{}}`) }, CodeInvalidConfig, []string{"ipam"}},
+		}, protocol.CodeInvalidConfig, []string{"host bits"}},
+		{"missing name", func(a *protocol.CmdArgs) { a.StdinData = withKey(t, conf, "name", "") }, protocol.CodeInvalidConfig, []string{"name"}},
+		{"flannel delegate with ipam", func(a *protocol.CmdArgs) { a.StdinData = n.flannelConf("1.0.0", `{"ipam":{}}`) }, protocol.CodeInvalidConfig, []string{"ipam"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a := args(pod, "fail", conf)
@@ -540,7 +540,7 @@ func TestDelWithReaper(t *testing.T) {
 	if err := n.del(second); err != nil {
 		t.Fatal(err)
 	}
-	if err := n.gc(args(nil, "", withKey(t, n.conf("1.1.0", ""), validAttachmentsKey, []any{}))); err != nil {
+	if err := n.gc(args(nil, "", withKey(t, n.conf("1.1.0", ""), protocol.ValidAttachmentsKey, []any{}))); err != nil {
 		t.Fatal(err)
 	}
 	n.assertClean(pod)
@@ -592,27 +592,5 @@ func TestLogFile(t *testing.T) {
 	b, err := os.ReadFile(logFile)
 	if err != nil || !strings.Contains(string(b), "msg=ADD") || !strings.Contains(string(b), "container=logged") || !strings.Contains(string(b), "msg=DEL") {
 		t.Fatalf("log file: %q %v", b, err)
-	}
-}
-
-// TestLinkIndex covers the lookup ADD falls back to on kernels that do not
-// echo the new veth (before 6.3).
-func TestLinkIndex(t *testing.T) {
-	pod := nettest.New(t)
-	podNS, err := openNetNS(pod.Path())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer podNS.Close()
-	s, err := rtnlSocket(podNS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if idx, err := linkIndex(s, "lo"); err != nil || idx != 1 {
-		t.Fatalf("lo: %d %v", idx, err)
-	}
-	if _, err := linkIndex(s, "nope0"); !errors.Is(err, unix.ENODEV) {
-		t.Fatalf("missing link: %v", err)
 	}
 }

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"net/netip"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/nodenet/nodenet/cni/kernel"
+	"github.com/nodenet/nodenet/cni/protocol"
 	"github.com/nodenet/nodenet/ipam/hostlocal"
 )
 
@@ -29,7 +29,7 @@ func familyGateways(allocs []hostlocal.Allocation) (v4, v6 netip.Addr) {
 // podRoutes are the routes ADD installs and reports: the configured ones
 // (the flannel network) for each family the pod has an address in, and
 // with defaultRoute a default route via the gateway.
-func podRoutes(n *network, allocs []hostlocal.Allocation) []*Route {
+func podRoutes(n *network, allocs []hostlocal.Allocation) []*protocol.Route {
 	v4, v6 := familyGateways(allocs)
 	has := func(dst netip.Addr) bool {
 		if dst.Is4() {
@@ -37,7 +37,7 @@ func podRoutes(n *network, allocs []hostlocal.Allocation) []*Route {
 		}
 		return v6.IsValid()
 	}
-	var out []*Route
+	var out []*protocol.Route
 	for _, r := range n.routes {
 		if has(r.Dst.Addr()) {
 			out = append(out, r)
@@ -45,10 +45,10 @@ func podRoutes(n *network, allocs []hostlocal.Allocation) []*Route {
 	}
 	if n.defaultRoute {
 		if v4.IsValid() {
-			out = append(out, &Route{Dst: netip.PrefixFrom(netip.IPv4Unspecified(), 0), GW: v4})
+			out = append(out, &protocol.Route{Dst: netip.PrefixFrom(netip.IPv4Unspecified(), 0), GW: v4})
 		}
 		if v6.IsValid() {
-			out = append(out, &Route{Dst: netip.PrefixFrom(netip.IPv6Unspecified(), 0), GW: v6})
+			out = append(out, &protocol.Route{Dst: netip.PrefixFrom(netip.IPv6Unspecified(), 0), GW: v6})
 		}
 	}
 	return out
@@ -56,7 +56,7 @@ func podRoutes(n *network, allocs []hostlocal.Allocation) []*Route {
 
 // routeGateway is the next hop a route is installed with: its own, or the
 // gateway of its family.
-func routeGateway(r *Route, allocs []hostlocal.Allocation) netip.Addr {
+func routeGateway(r *protocol.Route, allocs []hostlocal.Allocation) netip.Addr {
 	if r.GW.IsValid() {
 		return r.GW
 	}
@@ -71,41 +71,32 @@ func routeGateway(r *Route, allocs []hostlocal.Allocation) netip.Addr {
 // the pod's loopback up, in one netlink batch on a socket opened in the
 // pod's namespace (no thread stays switched into it; the DAD sysctl for
 // IPv6 is the exception, it has no netlink equivalent).
-func configurePod(podNS *netNS, ifName string, index int, allocs []hostlocal.Allocation, routes []*Route) error {
+func configurePod(podNS *kernel.NetNS, ifName string, index int, allocs []hostlocal.Allocation, routes []*protocol.Route) error {
 	if _, v6 := familyGateways(allocs); v6.IsValid() {
-		if err := disableDAD(podNS, ifName); err != nil {
+		if err := podNS.DisableDAD(ifName); err != nil {
 			return err
 		}
 	}
-	s, err := rtnlSocket(podNS)
+	s, err := podNS.Dial()
 	if err != nil {
 		return err
 	}
 	defer s.Close()
 	if index == 0 {
-		if index, err = linkIndex(s, ifName); err != nil {
+		l, err := s.Link(ifName)
+		if err != nil {
 			return fmt.Errorf("find %s in %s: %w", ifName, podNS.Path(), err)
 		}
+		index = l.Index
 	}
-	var b batch
-	b.add(setUpRequest(index), "set "+ifName+" up", 0)
+	var b kernel.Batch
+	b.SetUp(index, ifName)
 	for _, a := range allocs {
-		b.add(addrRequest(index, a), fmt.Sprintf("add %s to %s", a.Address, ifName), 0)
+		b.AddAddr(index, ifName, a.Address)
 	}
 	for _, r := range routes {
-		gw := routeGateway(r, allocs)
-		b.add(routeRequest(index, r, gw), fmt.Sprintf("add route %s via %s on %s", r.Dst, gw, ifName), unix.EEXIST)
+		b.AddRoute(index, ifName, kernel.Route{Dst: r.Dst, GW: routeGateway(r, allocs), MTU: r.MTU, AdvMSS: r.AdvMSS, Priority: r.Priority, Table: r.Table, Scope: r.Scope})
 	}
-	b.add(setUpRequest(loopbackIndex), "set lo up", 0)
-	_, err = b.send(s, 0)
-	return err
-}
-
-// linkIndex looks a link up by name.
-func linkIndex(s *rtnlConn, name string) (int, error) {
-	l, err := s.getLink(name, 0)
-	if err != nil {
-		return 0, err
-	}
-	return l.index, nil
+	b.SetUp(loopbackIndex, "lo")
+	return s.Run(&b)
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodenet/nodenet/cni/kernel"
 )
 
 // Deleting a veth pair takes the kernel 10-20 ms (unregistering a device
@@ -34,16 +36,16 @@ func ReapDoomed() error {
 // reapOnce deletes the doomed links in one request and reports whether
 // there were any.
 func reapOnce() (bool, error) {
-	req := newRequest(unix.RTM_DELLINK, unix.NLM_F_ACK).add(ifinfomsg(unix.AF_UNSPEC, 0, 0, 0)).attr(unix.IFLA_GROUP, u32(doomedGroup))
-	_, err := rtnlExec(req)
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, unix.ENODEV):
-		return false, nil
-	default:
+	c, err := kernel.Dial()
+	if err != nil {
+		return false, err
+	}
+	defer c.Close()
+	found, err := c.DeleteGroup(doomedGroup)
+	if err != nil {
 		return false, fmt.Errorf("delete cut-off veths: %w", err)
 	}
+	return found, nil
 }
 
 // holdReaperName binds the reaper socket; EADDRINUSE means another process
@@ -108,29 +110,8 @@ func RunReaper() error {
 	}
 }
 
-// doom takes a link down (cutting its veth peer off too) and moves it into
-// doomedGroup, in one request.
-func doom(c *rtnlConn, index int) error {
-	req := newRequest(unix.RTM_NEWLINK, unix.NLM_F_ACK).
-		add(ifinfomsg(unix.AF_UNSPEC, index, 0, unix.IFF_UP)). // change IFF_UP to off: down
-		attr(unix.IFLA_GROUP, u32(doomedGroup))
-	_, err := c.exec(req, 0)
-	return err
-}
-
 // deadName is a unique name for a pod interface on its way out, freeing
 // its real name for a new attachment in the same namespace.
 func deadName() string {
 	return fmt.Sprintf("nndead%08x", rand.Uint32())
-}
-
-// rtnlExec runs one request on a socket of its own in the calling thread's
-// namespace.
-func rtnlExec(req *request) ([][]byte, error) {
-	c, err := rtnlSocket(nil)
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	return c.exec(req, 0)
 }

@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -70,10 +71,9 @@ func TestBadConfigTouchesNothing(t *testing.T) {
 	cases = append(cases,
 		tc{"overlaps node network", `{"Network":"192.168.0.0/16","Backend":{"Type":"vxlan"}}`, nil, "Network: 192.168.0.0/16 overlaps the node network 192.168.50.0/24 on eth0"},
 		tc{"no such iface", good, func(o *Options) { o.Iface.Ifaces = []string{"eth9", "10.9.9.9"} }, "--iface eth9: no interface has that name"},
-		tc{"regex matches nothing", good, func(o *Options) { o.Iface = IfaceOptions{IfaceRegex: []string{"^wlan"}} }, "--iface-regex ^wlan: no interface"},
-		tc{"bad regex", good, func(o *Options) { o.Iface = IfaceOptions{IfaceRegex: []string{"("}} }, "--iface-regex"},
+		tc{"regex matches nothing", good, func(o *Options) { o.Iface = IfaceOptions{IfaceRegex: []*regexp.Regexp{regexp.MustCompile("^wlan")}} }, "--iface-regex ^wlan: no interface"},
 		tc{"no default route", good, func(o *Options) { o.Iface = IfaceOptions{} }, "no default route"},
-		tc{"unreachable can-reach", good, func(o *Options) { o.Iface = IfaceOptions{CanReach: "8.8.8.8"} }, "--iface-can-reach 8.8.8.8: no route"},
+		tc{"unreachable can-reach", good, func(o *Options) { o.Iface = IfaceOptions{CanReach: netip.MustParseAddr("8.8.8.8")} }, "--iface-can-reach 8.8.8.8: no route"},
 		tc{"bad masq backend", good, func(o *Options) { o.MasqBackend = "pf" }, `--masq-backend "pf"`},
 		tc{"bad cni template", good, func(o *Options) { o.InstallCNIConf, o.CNIConfTemplate = "x", "{{.Nope" }, "parse CNI conf template"},
 		tc{"v6 public ip as v4", good, func(o *Options) { o.Iface.PublicIP = netip.MustParseAddr("fd00::1") }, "--public-ip fd00::1"},

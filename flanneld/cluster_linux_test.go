@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodenet/nodenet/controllers/nodeipam"
+	"github.com/nodenet/nodenet/internal/cidrlist"
 	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/internal/testapi"
 	"github.com/nodenet/nodenet/routes"
@@ -114,7 +115,7 @@ func startIPAM(t *testing.T, api *testapi.Server, cidrs ...string) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	factory := informers.NewSharedInformerFactory(api.Client, 0)
-	ctrl, err := nodeipam.New(api.Client, factory, nodeipam.Options{ClusterCIDRs: cidrs}, nil, testapi.Logger())
+	ctrl, err := nodeipam.New(api.Client, factory, nodeipam.Options{ClusterCIDRs: cidrlist.MustParse(cidrs...)}, nil, testapi.Logger())
 	if err != nil {
 		t.Fatal(err)
 	}

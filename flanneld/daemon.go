@@ -18,7 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/nodenet/nodenet/flanneld/subnetenv"
+	"github.com/nodenet/nodenet/subnetenv"
 )
 
 // Options configures a Daemon; cmd/nodenet fills it from flags.
@@ -66,6 +66,9 @@ type Daemon struct {
 	m       *metrics
 	txCsum  *prometheus.GaugeVec
 	sync    *runner
+	// iptables opens the masquerade rules' iptables runner of a family;
+	// tests replace it with a Fake.
+	iptables openIPTables
 
 	mu     sync.Mutex
 	status string // why not ready; "" = ready
@@ -126,7 +129,7 @@ func New(opts Options) (*Daemon, error) {
 	}
 	opts.Iface.IPv4, opts.Iface.IPv6 = cfg.EnableIPv4, cfg.EnableIPv6
 	d := &Daemon{opts: opts, cfg: cfg, log: opts.Logger, m: newMetrics(), txCsum: newTxCsumGauge(), status: "starting",
-		sync: newRunner(opts.MinSyncPeriod, opts.ResyncPeriod)}
+		sync: newRunner(opts.MinSyncPeriod, opts.ResyncPeriod), iptables: detectIPTables(opts.Netns, opts.Logger)}
 	d.m.reg.MustRegister(d.txCsum)
 	if opts.InstallCNIConf != "" {
 		if d.cniTmpl, err = parseCNITemplate(opts.CNIConfTemplate); err != nil {
@@ -351,23 +354,29 @@ func (d *Daemon) reportTxChecksum(dec txCsumDecision) {
 // leave two sets of rules.
 func (d *Daemon) masquerader(ctx context.Context, own Lease) (masquerader, error) {
 	fams := masqFamilies(d.cfg, own)
-	ipt, nft := newIPTablesMasq(d.opts.Netns, fams), newNFTMasq(d.opts.Netns, fams)
+	return chooseMasquerader(ctx, d.opts.IPMasq, d.opts.MasqBackend,
+		newIPTablesMasq(d.iptables, fams), newNFTMasq(d.opts.Netns, fams), d.log), nil
+}
+
+// chooseMasquerader returns ipt or nft as ipMasq and backend say (nil when
+// ipMasq is off) after cleaning up the one not chosen.
+func chooseMasquerader(ctx context.Context, ipMasq bool, backend string, ipt, nft masquerader, log *slog.Logger) masquerader {
 	var stale []masquerader
 	var chosen masquerader
 	switch {
-	case !d.opts.IPMasq:
+	case !ipMasq:
 		stale = []masquerader{ipt, nft}
-	case d.opts.MasqBackend == MasqNFTables:
+	case backend == MasqNFTables:
 		chosen, stale = nft, []masquerader{ipt}
 	default:
 		chosen, stale = ipt, []masquerader{nft}
 	}
 	for _, s := range stale {
 		if err := s.Cleanup(ctx); err != nil {
-			d.log.Debug("clean up unused masquerade backend", "err", err)
+			log.Debug("clean up unused masquerade backend", "err", err)
 		}
 	}
-	return chosen, nil
+	return chosen
 }
 
 func (d *Daemon) syncPeers(ctx context.Context, be backend, sm subnetManager) error {

@@ -19,6 +19,9 @@ import (
 // end-to-end test of the nftables masquerade backend (and of the iptables
 // one being left empty).
 func TestVXLANDirectRouting(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: daemons on several node namespaces; make test runs it")
+	}
 	nettest.RequirePrivileged(t)
 	nettest.RequireTool(t, "nft")
 	api := testapi.Start(t)

@@ -23,7 +23,7 @@
 //     VXLAN packets (txcsum_linux.go says why and what it costs).
 //   - ip-masq rules (masq*.go) in iptables or nftables, in chains/tables of
 //     our own.
-//   - subnet.env (flanneld/subnetenv), then the CNI conflist (cniconf.go),
+//   - subnet.env (package subnetenv), then the CNI conflist (cniconf.go),
 //     only once the backend is up, so the CNI plugin never sees a conflist
 //     without its subnet.env.
 //

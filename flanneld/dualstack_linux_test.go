@@ -4,15 +4,18 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodenet/nodenet/flanneld/subnetenv"
 	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/internal/testapi"
+	"github.com/nodenet/nodenet/subnetenv"
 )
 
 // TestDualStack: two dual-stack nodes per backend; pods ping each other
 // over IPv4 and IPv6, subnet.env carries both families, and the IPv6
 // masquerade rules are in ip6tables.
 func TestDualStack(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: daemons on several node namespaces; make test runs it")
+	}
 	nettest.RequirePrivileged(t)
 	api := testapi.Start(t)
 	startIPAM(t, api, "10.247.0.0/16", "fd00:10:247::/56")

@@ -43,9 +43,9 @@ func (e *ExtIface) OnLink(a netip.Addr) bool {
 // addresses the enabled families need wins. Without any of them: the
 // interface holding --public-ip, else the interface of the default route.
 type IfaceOptions struct {
-	Ifaces     []string // names or IPs
-	IfaceRegex []string // against addresses first, then names
-	CanReach   string   // an IP: use the interface the route to it takes
+	Ifaces     []string         // names or IPs
+	IfaceRegex []*regexp.Regexp // against addresses first, then names
+	CanReach   netip.Addr       // use the interface the route to it takes
 	PublicIP   netip.Addr
 	PublicIPv6 netip.Addr
 	IPv4, IPv6 bool // families that need an address
@@ -77,7 +77,7 @@ func LookupExtIface(h *netlink.Handle, o IfaceOptions) (*ExtIface, error) {
 // names an interface without a usable address is skipped, as upstream
 // skips it, rather than failing the whole selection.
 func selectIface(h *netlink.Handle, o IfaceOptions) (*ExtIface, error) {
-	if len(o.Ifaces) == 0 && len(o.IfaceRegex) == 0 && o.CanReach == "" {
+	if len(o.Ifaces) == 0 && len(o.IfaceRegex) == 0 && !o.CanReach.IsValid() {
 		pub := o.PublicIP
 		if !o.IPv4 {
 			pub = o.PublicIPv6
@@ -104,14 +104,14 @@ func selectIface(h *netlink.Handle, o IfaceOptions) (*ExtIface, error) {
 		}
 		errs = append(errs, fmt.Errorf("--iface %s: %w", spec, err))
 	}
-	for _, expr := range o.IfaceRegex {
-		e, err := lookupIfaceRegex(h, o, expr)
+	for _, re := range o.IfaceRegex {
+		e, err := lookupIfaceRegex(h, o, re)
 		if err == nil {
 			return e, nil
 		}
-		errs = append(errs, fmt.Errorf("--iface-regex %s: %w", expr, err))
+		errs = append(errs, fmt.Errorf("--iface-regex %s: %w", re, err))
 	}
-	if o.CanReach != "" {
+	if o.CanReach.IsValid() {
 		e, err := lookupCanReach(h, o)
 		if err == nil {
 			return e, nil
@@ -141,11 +141,7 @@ func lookupIfaceSpec(h *netlink.Handle, o IfaceOptions, spec string) (*ExtIface,
 
 // lookupIfaceRegex matches the usable addresses of every interface first
 // and interface names only when no address matched, as upstream does.
-func lookupIfaceRegex(h *netlink.Handle, o IfaceOptions, expr string) (*ExtIface, error) {
-	re, err := regexp.Compile(expr)
-	if err != nil {
-		return nil, fmt.Errorf("compile: %w", err)
-	}
+func lookupIfaceRegex(h *netlink.Handle, o IfaceOptions, re *regexp.Regexp) (*ExtIface, error) {
 	links, err := h.LinkList()
 	if err != nil {
 		return nil, fmt.Errorf("list interfaces: %w", err)
@@ -190,11 +186,7 @@ func matchAddr(h *netlink.Handle, o IfaceOptions, l netlink.Link, re *regexp.Reg
 // lookupCanReach is `ip route get`: the route's device, and its preferred
 // source as the address when the kernel gives one.
 func lookupCanReach(h *netlink.Handle, o IfaceOptions) (*ExtIface, error) {
-	dst, err := netip.ParseAddr(o.CanReach)
-	if err != nil {
-		return nil, errors.New("not an IP address")
-	}
-	rs, err := h.RouteGet(dst.AsSlice())
+	rs, err := h.RouteGet(o.CanReach.AsSlice())
 	if err != nil || len(rs) == 0 {
 		return nil, fmt.Errorf("no route (%w)", err)
 	}

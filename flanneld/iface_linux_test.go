@@ -3,6 +3,7 @@ package flanneld
 import (
 	"errors"
 	"net/netip"
+	"regexp"
 	"testing"
 
 	"github.com/nodenet/nodenet/internal/nettest"
@@ -24,9 +25,9 @@ func TestLookupExtIface(t *testing.T) {
 		{"default route", IfaceOptions{}, "eth0", "192.168.50.11", "192.168.50.11"},
 		{"by name, first match wins", IfaceOptions{Ifaces: []string{"wlan0", "ens5", "eth0"}}, "ens5", "10.1.0.2", "10.1.0.2"},
 		{"by ip", IfaceOptions{Ifaces: []string{"10.1.0.2"}}, "ens5", "10.1.0.2", "10.1.0.2"},
-		{"regex on name", IfaceOptions{IfaceRegex: []string{"^ens"}}, "ens5", "10.1.0.2", "10.1.0.2"},
-		{"regex on address", IfaceOptions{IfaceRegex: []string{`^192\.168\.`}}, "eth0", "192.168.50.11", "192.168.50.11"},
-		{"can reach", IfaceOptions{CanReach: "10.1.0.77"}, "ens5", "10.1.0.2", "10.1.0.2"},
+		{"regex on name", IfaceOptions{IfaceRegex: []*regexp.Regexp{regexp.MustCompile("^ens")}}, "ens5", "10.1.0.2", "10.1.0.2"},
+		{"regex on address", IfaceOptions{IfaceRegex: []*regexp.Regexp{regexp.MustCompile(`^192\.168\.`)}}, "eth0", "192.168.50.11", "192.168.50.11"},
+		{"can reach", IfaceOptions{CanReach: netip.MustParseAddr("10.1.0.77")}, "ens5", "10.1.0.2", "10.1.0.2"},
 		{"public ip", IfaceOptions{PublicIP: netip.MustParseAddr("203.0.113.9")}, "eth0", "192.168.50.11", "203.0.113.9"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -81,12 +82,12 @@ func TestLookupExtIfaceUpstreamSelection(t *testing.T) {
 		{"global preferred over link-local", IfaceOptions{Ifaces: []string{"mixed0"}}, "mixed0", "10.2.0.2", false},
 		{"iface by its link-local address pins it", IfaceOptions{Ifaces: []string{"169.254.20.2"}}, "mixed0", "169.254.20.2", false},
 		{"iface without address skipped", IfaceOptions{Ifaces: []string{"empty0", "missing", "ll0"}}, "ll0", "169.254.10.2", false},
-		{"regex after every iface failed", IfaceOptions{Ifaces: []string{"empty0"}, IfaceRegex: []string{"^ll"}}, "ll0", "169.254.10.2", false},
-		{"regex on a link-local address", IfaceOptions{IfaceRegex: []string{`^169\.254\.20\.`}}, "mixed0", "169.254.20.2", false},
-		{"regex: addresses before names", IfaceOptions{IfaceRegex: []string{`^(mixed0|192\.168\.50\.11)$`}}, "eth0", "192.168.50.11", false},
-		{"regex list in order", IfaceOptions{IfaceRegex: []string{"^empty", "^mixed"}}, "mixed0", "10.2.0.2", false},
-		{"can reach a link-local peer", IfaceOptions{CanReach: "169.254.10.1"}, "ll0", "169.254.10.2", false},
-		{"can reach after regexes failed", IfaceOptions{IfaceRegex: []string{"^wlan"}, CanReach: "10.2.0.9"}, "mixed0", "10.2.0.2", false},
+		{"regex after every iface failed", IfaceOptions{Ifaces: []string{"empty0"}, IfaceRegex: []*regexp.Regexp{regexp.MustCompile("^ll")}}, "ll0", "169.254.10.2", false},
+		{"regex on a link-local address", IfaceOptions{IfaceRegex: []*regexp.Regexp{regexp.MustCompile(`^169\.254\.20\.`)}}, "mixed0", "169.254.20.2", false},
+		{"regex: addresses before names", IfaceOptions{IfaceRegex: []*regexp.Regexp{regexp.MustCompile(`^(mixed0|192\.168\.50\.11)$`)}}, "eth0", "192.168.50.11", false},
+		{"regex list in order", IfaceOptions{IfaceRegex: []*regexp.Regexp{regexp.MustCompile("^empty"), regexp.MustCompile("^mixed")}}, "mixed0", "10.2.0.2", false},
+		{"can reach a link-local peer", IfaceOptions{CanReach: netip.MustParseAddr("169.254.10.1")}, "ll0", "169.254.10.2", false},
+		{"can reach after regexes failed", IfaceOptions{IfaceRegex: []*regexp.Regexp{regexp.MustCompile("^wlan")}, CanReach: netip.MustParseAddr("10.2.0.9")}, "mixed0", "10.2.0.2", false},
 		{"public ip held by an interface", IfaceOptions{PublicIP: netip.MustParseAddr("10.2.0.2")}, "mixed0", "10.2.0.2", false},
 		{"IPv6 link-local only", IfaceOptions{Ifaces: []string{"ll0"}}, "ll0", "fe80::a:2", true},
 	} {
@@ -108,7 +109,7 @@ func TestLookupExtIfaceUpstreamSelection(t *testing.T) {
 	for _, o := range []IfaceOptions{
 		{Ifaces: []string{"empty0"}},
 		{Ifaces: []string{"10.9.9.9"}},
-		{IfaceRegex: []string{"^empty"}},
+		{IfaceRegex: []*regexp.Regexp{regexp.MustCompile("^empty")}},
 	} {
 		o.IPv4 = true
 		if e, err := LookupExtIface(h, o); err == nil || !errors.Is(err, ErrNoInterface) {

@@ -219,12 +219,16 @@ func (m *kubeManager) tryAcquire(ctx context.Context, attrs LocalAttrs) (Lease, 
 	return l, "", nil
 }
 
+// patchAnnotations publishes the annotations through nodes/status, as
+// upstream flanneld does: kube-apiserver keeps metadata changes there, and
+// a DaemonSet then needs only "patch nodes/status" (kube-flannel.yml's
+// ClusterRole and nodenet's), not write access to every node's spec.
 func (m *kubeManager) patchAnnotations(ctx context.Context, ann map[string]string) error {
 	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": ann}})
 	if err != nil {
 		return fmt.Errorf("encode annotation patch: %w", err)
 	}
-	if _, err := m.client.CoreV1().Nodes().Patch(ctx, m.nodeName, types.MergePatchType, body, metav1.PatchOptions{}); err != nil {
+	if _, err := m.client.CoreV1().Nodes().Patch(ctx, m.nodeName, types.MergePatchType, body, metav1.PatchOptions{}, "status"); err != nil {
 		return fmt.Errorf("publish flannel annotations on node %s: %w", m.nodeName, err)
 	}
 	return nil

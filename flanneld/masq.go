@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+
+	"github.com/nodenet/nodenet/internal/iptables"
 )
 
 // Masquerade backends (--masq-backend).
@@ -29,6 +31,13 @@ type masqFamily struct {
 	is4     bool
 	network netip.Prefix // the cluster network
 	subnet  netip.Prefix // this node's pod subnet
+}
+
+func (f masqFamily) family() iptables.Family {
+	if f.is4 {
+		return iptables.IPv4
+	}
+	return iptables.IPv6
 }
 
 func (f masqFamily) multicast() string {
@@ -58,26 +67,27 @@ type masquerader interface {
 	Cleanup(ctx context.Context) error
 }
 
-// iptablesRules returns the rules of our two chains in iptables-restore
-// syntax, in upstream flannel's order: kube-proxy-marked packets are left
-// to kube-proxy, pod↔cluster traffic is not NATed, traffic from outside
-// to our pods is not NATed, pods → outside (but not multicast) and the
-// host → pods elsewhere are masqueraded with a fully random source port.
+// iptablesRules returns the rules of our two chains (NODENET-FLANNEL-MASQ
+// in nat, NODENET-FLANNEL-FWD in filter) as iptables-save prints them, in
+// upstream flannel's order: kube-proxy-marked packets are left to
+// kube-proxy, pod↔cluster traffic is not NATed, traffic from outside to
+// our pods is not NATed, pods → outside (but not multicast) and the host →
+// pods elsewhere are masqueraded with a fully random source port.
 func iptablesRules(f masqFamily) (nat, filter []string) {
 	c := fmt.Sprintf(`-m comment --comment "%s"`, commentMasq)
 	nw, sn := f.network.String(), f.subnet.String()
 	nat = []string{
-		fmt.Sprintf("-A %s -m mark --mark %s/%s %s -j RETURN", chainMasq, kubeMark, kubeMark, c),
-		fmt.Sprintf("-A %s -s %s -d %s %s -j RETURN", chainMasq, sn, nw, c),
-		fmt.Sprintf("-A %s -s %s -d %s %s -j RETURN", chainMasq, nw, sn, c),
-		fmt.Sprintf("-A %s ! -s %s -d %s %s -j RETURN", chainMasq, nw, sn, c),
-		fmt.Sprintf("-A %s -s %s ! -d %s %s -j MASQUERADE --random-fully", chainMasq, nw, f.multicast(), c),
-		fmt.Sprintf("-A %s ! -s %s -d %s %s -j MASQUERADE --random-fully", chainMasq, nw, nw, c),
+		fmt.Sprintf("-m mark --mark %s/%s %s -j RETURN", kubeMark, kubeMark, c),
+		fmt.Sprintf("-s %s -d %s %s -j RETURN", sn, nw, c),
+		fmt.Sprintf("-s %s -d %s %s -j RETURN", nw, sn, c),
+		fmt.Sprintf("! -s %s -d %s %s -j RETURN", nw, sn, c),
+		fmt.Sprintf("-s %s ! -d %s %s -j MASQUERADE --random-fully", nw, f.multicast(), c),
+		fmt.Sprintf("! -s %s -d %s %s -j MASQUERADE --random-fully", nw, nw, c),
 	}
 	fc := fmt.Sprintf(`-m comment --comment "%s"`, commentFwd)
 	filter = []string{
-		fmt.Sprintf("-A %s -s %s %s -j ACCEPT", chainFwd, nw, fc),
-		fmt.Sprintf("-A %s -d %s %s -j ACCEPT", chainFwd, nw, fc),
+		fmt.Sprintf("-s %s %s -j ACCEPT", nw, fc),
+		fmt.Sprintf("-d %s %s -j ACCEPT", nw, fc),
 	}
 	return nat, filter
 }

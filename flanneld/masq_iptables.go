@@ -1,149 +1,192 @@
 package flanneld
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"slices"
+	"log/slog"
 	"strings"
+
+	"github.com/nodenet/nodenet/internal/iptables"
 )
 
-// iptablesMasq keeps our chains in the nat and filter tables with
-// iptables-restore --noflush, as kube-proxy does: declaring a chain in the
-// input flushes it, so the chain is rewritten in one atomic step, and the
-// jump from POSTROUTING/FORWARD is added once and any duplicate removed.
-type iptablesMasq struct {
-	ns       Netns
-	families []masqFamily
-	// last is what the kernel showed right after our last write, per
-	// family; a resync that sees the same writes nothing.
-	last map[bool]string
-}
+// openIPTables returns the iptables runner of one family.
+type openIPTables func(ctx context.Context, family iptables.Family) (iptables.Runner, error)
 
-func newIPTablesMasq(ns Netns, families []masqFamily) *iptablesMasq {
-	return &iptablesMasq{ns: ns, families: families, last: map[bool]string{}}
-}
-
-func iptablesCmds(is4 bool) (save, restore string) {
-	if is4 {
-		return "iptables-save", "iptables-restore"
-	}
-	return "ip6tables-save", "ip6tables-restore"
-}
-
-// ourState extracts, from iptables-save output, our chains' rules and the
-// jumps to them, in order.
-func ourState(save []byte) (rules []string, natJumps, fwdJumps []string) {
-	table := ""
-	for _, line := range strings.Split(string(save), "\n") {
-		switch {
-		case strings.HasPrefix(line, "*"):
-			table = line[1:]
-		case strings.HasPrefix(line, "-A "+chainMasq+" "), strings.HasPrefix(line, "-A "+chainFwd+" "):
-			rules = append(rules, table+" "+line)
-		case table == "nat" && strings.HasPrefix(line, "-A POSTROUTING ") && strings.HasSuffix(line, "-j "+chainMasq):
-			natJumps = append(natJumps, line)
-		case table == "filter" && strings.HasPrefix(line, "-A FORWARD ") && strings.HasSuffix(line, "-j "+chainFwd):
-			fwdJumps = append(fwdJumps, line)
+// detectIPTables opens runners in ns, choosing each family's backend the
+// way the proxy and the CNI plugin do (internal/iptables.Detect), so all
+// three program the backend that already holds the node's rules.
+func detectIPTables(ns Netns, log *slog.Logger) openIPTables {
+	exec := func(ctx context.Context, stdin []byte, argv ...string) (stdout, stderr []byte, err error) {
+		// Do forks from a thread inside ns, which puts the child there.
+		nsErr := ns.Do(func() error {
+			stdout, stderr, err = iptables.Direct(ctx, stdin, argv...)
+			return nil
+		})
+		if nsErr != nil {
+			return nil, nil, nsErr
 		}
+		return stdout, stderr, err
 	}
-	return rules, natJumps, fwdJumps
-}
-
-func (m *iptablesMasq) save(ctx context.Context, is4 bool) ([]byte, error) {
-	save, _ := iptablesCmds(is4)
-	var out []byte
-	for _, t := range []string{"nat", "filter"} {
-		b, err := m.ns.Run(ctx, nil, save, "-t", t)
+	return func(ctx context.Context, family iptables.Family) (iptables.Runner, error) {
+		r, err := iptables.Open(ctx, exec, family)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, b...)
+		log.Info("iptables backend", "family", family, "backend", r.Backend(), "netns", ns)
+		return r, nil
 	}
-	return out, nil
+}
+
+// iptablesMasq keeps our chains in the nat and filter tables, as
+// kube-proxy does: each change is one iptables-restore --noflush per
+// family, in which declaring a chain flushes it, so the chain is rewritten
+// in one atomic step, and the jump from POSTROUTING/FORWARD is added once
+// and any duplicate removed.
+type iptablesMasq struct {
+	open     openIPTables
+	runners  map[iptables.Family]iptables.Runner // opened on first use
+	families []masqFamily
+	// last is what the kernel showed right after our last write, per
+	// family; a resync that sees the same writes nothing.
+	last map[iptables.Family]string
+}
+
+func newIPTablesMasq(open openIPTables, families []masqFamily) *iptablesMasq {
+	return &iptablesMasq{open: open, runners: map[iptables.Family]iptables.Runner{}, families: families, last: map[iptables.Family]string{}}
+}
+
+// runner opens a family's runner once: the backend is chosen at start, as
+// the proxy does, not re-decided on every resync.
+func (m *iptablesMasq) runner(ctx context.Context, f iptables.Family) (iptables.Runner, error) {
+	if r, ok := m.runners[f]; ok {
+		return r, nil
+	}
+	r, err := m.open(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	m.runners[f] = r
+	return r, nil
+}
+
+// masqState is what of ours the kernel holds in one family.
+type masqState struct {
+	rules              string   // our chains' rules, "table rule" per line
+	natJumps, fwdJumps []string // jumps from POSTROUTING and FORWARD to them
+	natChain, fwdChain bool     // the chains exist
+}
+
+func readMasqState(ctx context.Context, r iptables.Runner) (masqState, error) {
+	nat, err := iptables.ReadTable(ctx, r, "nat")
+	if err != nil {
+		return masqState{}, err
+	}
+	filter, err := iptables.ReadTable(ctx, r, "filter")
+	if err != nil {
+		return masqState{}, err
+	}
+	var st masqState
+	var rules []string
+	for _, r := range nat[chainMasq] {
+		rules = append(rules, "nat "+r)
+	}
+	for _, r := range filter[chainFwd] {
+		rules = append(rules, "filter "+r)
+	}
+	st.rules = strings.Join(rules, "\n")
+	st.natJumps, st.fwdJumps = jumpsTo(nat["POSTROUTING"], chainMasq), jumpsTo(filter["FORWARD"], chainFwd)
+	_, st.natChain = nat[chainMasq]
+	_, st.fwdChain = filter[chainFwd]
+	return st, nil
+}
+
+func jumpsTo(rules []string, chain string) []string {
+	var out []string
+	for _, r := range rules {
+		if strings.HasSuffix(r, "-j "+chain) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 func (m *iptablesMasq) Sync(ctx context.Context) (bool, error) {
 	changed := false
 	for _, f := range m.families {
-		saved, err := m.save(ctx, f.is4)
+		fam := f.family()
+		r, err := m.runner(ctx, fam)
 		if err != nil {
 			return changed, err
 		}
-		rules, natJumps, fwdJumps := ourState(saved)
-		state := strings.Join(rules, "\n")
-		if len(natJumps) == 1 && len(fwdJumps) == 1 && state == m.last[f.is4] && state != "" {
+		st, err := readMasqState(ctx, r)
+		if err != nil {
+			return changed, err
+		}
+		if len(st.natJumps) == 1 && len(st.fwdJumps) == 1 && st.rules == m.last[fam] && st.rules != "" {
 			continue
 		}
 		nat, filter := iptablesRules(f)
-		var in bytes.Buffer
-		writeTable(&in, "nat", chainMasq, "POSTROUTING", commentMasq, nat, natJumps)
-		writeTable(&in, "filter", chainFwd, "FORWARD", commentFwd, filter, fwdJumps)
-		_, restore := iptablesCmds(f.is4)
-		if _, err := m.ns.Run(ctx, in.Bytes(), restore, "--noflush", "-w", "5"); err != nil {
-			return changed, fmt.Errorf("install masquerade rules: %w\n%s", err, in.String())
+		b := iptables.NewBatch()
+		writeChain(b, "nat", chainMasq, "POSTROUTING", commentMasq, nat, st.natJumps)
+		writeChain(b, "filter", chainFwd, "FORWARD", commentFwd, filter, st.fwdJumps)
+		if err := r.Restore(ctx, b.Bytes()); err != nil {
+			return changed, fmt.Errorf("install %s masquerade rules: %w", fam, err)
 		}
 		changed = true
-		saved, err = m.save(ctx, f.is4)
-		if err != nil {
+		if st, err = readMasqState(ctx, r); err != nil {
 			return changed, err
 		}
-		rules, _, _ = ourState(saved)
-		m.last[f.is4] = strings.Join(rules, "\n")
+		m.last[fam] = st.rules
 	}
 	return changed, nil
 }
 
-// writeTable emits one table of an iptables-restore --noflush input: the
-// chain (flushed by its declaration) and its rules, the jump if missing,
-// and deletes for duplicate jumps.
-func writeTable(b *bytes.Buffer, table, chain, hook, comment string, rules, jumps []string) {
-	fmt.Fprintf(b, "*%s\n:%s - [0:0]\n", table, chain)
+// writeChain rewrites chain (its declaration flushes it) with rules, adds
+// the jump from hook if missing and deletes duplicate jumps.
+func writeChain(b *iptables.Batch, table, chain, hook, comment string, rules, jumps []string) {
+	b.Declare(table, chain)
 	for _, r := range rules {
-		fmt.Fprintln(b, r)
+		b.Append(table, chain, r)
 	}
 	if len(jumps) == 0 {
-		fmt.Fprintf(b, "-I %s 1 -m comment --comment \"%s\" -j %s\n", hook, comment, chain)
+		b.Insert(table, hook, fmt.Sprintf(`-m comment --comment "%s" -j %s`, comment, chain))
 	}
-	for _, j := range slices.Clone(jumps[min(1, len(jumps)):]) {
-		fmt.Fprintln(b, "-D"+strings.TrimPrefix(j, "-A"))
+	for _, j := range jumps[min(1, len(jumps)):] {
+		b.Delete(table, hook, j)
 	}
-	fmt.Fprintln(b, "COMMIT")
 }
 
 // Cleanup removes the jumps and our chains, in every family.
 func (m *iptablesMasq) Cleanup(ctx context.Context) error {
-	for _, is4 := range []bool{true, false} {
-		saved, err := m.save(ctx, is4)
+	for _, fam := range []iptables.Family{iptables.IPv4, iptables.IPv6} {
+		r, err := m.runner(ctx, fam)
 		if err != nil {
 			return err
 		}
-		rules, natJumps, fwdJumps := ourState(saved)
-		has := func(chain string) bool {
-			return strings.Contains(string(saved), ":"+chain+" ")
+		st, err := readMasqState(ctx, r)
+		if err != nil {
+			return err
 		}
-		if len(rules)+len(natJumps)+len(fwdJumps) == 0 && !has(chainMasq) && !has(chainFwd) {
+		b := iptables.NewBatch()
+		for _, j := range st.natJumps {
+			b.Delete("nat", "POSTROUTING", j)
+		}
+		for _, j := range st.fwdJumps {
+			b.Delete("filter", "FORWARD", j)
+		}
+		if st.natChain {
+			b.DeleteChain("nat", chainMasq)
+		}
+		if st.fwdChain {
+			b.DeleteChain("filter", chainFwd)
+		}
+		if b.Empty() {
 			continue
 		}
-		var in bytes.Buffer
-		for _, t := range []struct {
-			table, chain string
-			jumps        []string
-		}{{"nat", chainMasq, natJumps}, {"filter", chainFwd, fwdJumps}} {
-			fmt.Fprintf(&in, "*%s\n", t.table)
-			for _, j := range t.jumps {
-				fmt.Fprintln(&in, "-D"+strings.TrimPrefix(j, "-A"))
-			}
-			if has(t.chain) {
-				fmt.Fprintf(&in, ":%s - [0:0]\n-X %s\n", t.chain, t.chain)
-			}
-			fmt.Fprintln(&in, "COMMIT")
+		if err := r.Restore(ctx, b.Bytes()); err != nil {
+			return fmt.Errorf("remove %s masquerade rules: %w", fam, err)
 		}
-		_, restore := iptablesCmds(is4)
-		if _, err := m.ns.Run(ctx, in.Bytes(), restore, "--noflush", "-w", "5"); err != nil {
-			return fmt.Errorf("remove masquerade rules: %w", err)
-		}
-		delete(m.last, is4)
+		delete(m.last, fam)
 	}
 	return nil
 }

@@ -6,7 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nodenet/nodenet/internal/iptables/iptablestest"
 	"github.com/nodenet/nodenet/internal/nettest"
+	"github.com/nodenet/nodenet/internal/testapi"
 )
 
 var testMasqFamilies = []masqFamily{{is4: true, network: netip.MustParsePrefix("10.244.0.0/16"), subnet: netip.MustParsePrefix("10.244.3.0/24")}}
@@ -19,7 +21,7 @@ func TestMasqIPTables(t *testing.T) {
 	ns := nettest.New(t)
 	nettest.RequireTool(t, "iptables-restore")
 	ctx := t.Context()
-	m := newIPTablesMasq(Netns(ns.Name()), testMasqFamilies)
+	m := newIPTablesMasq(detectIPTables(Netns(ns.Name()), testapi.Logger()), testMasqFamilies)
 	mustSync(t, ctx, m, true)
 	nat := string(ns.MustExec(t, "iptables-save", "-t", "nat"))
 	for _, want := range []string{
@@ -49,7 +51,7 @@ func TestMasqIPTables(t *testing.T) {
 
 	// A restarted daemon (fresh state) with the rules in place rewrites
 	// once and never duplicates.
-	m2 := newIPTablesMasq(Netns(ns.Name()), testMasqFamilies)
+	m2 := newIPTablesMasq(detectIPTables(Netns(ns.Name()), testapi.Logger()), testMasqFamilies)
 	mustSync(t, ctx, m2, true)
 	mustSync(t, ctx, m2, false)
 	checkOnce(t, ns)
@@ -69,6 +71,33 @@ func TestMasqIPTables(t *testing.T) {
 	all := string(ns.MustExec(t, "iptables-save"))
 	if strings.Contains(all, "NODENET-FLANNEL") {
 		t.Fatalf("cleanup left:\n%s", all)
+	}
+}
+
+// TestMasqIPTablesFollowsLegacy: on a node whose rules live in
+// iptables-legacy (one rule per family in a throwaway namespace), the
+// masquerade rules go to iptables-legacy in both families — where the
+// proxy and the CNI plugin put theirs — and nothing to iptables-nft.
+func TestMasqIPTablesFollowsLegacy(t *testing.T) {
+	ns := iptablestest.LegacyNode(t)
+	fams := append(testMasqFamilies, masqFamily{network: netip.MustParsePrefix("fd00:10:244::/56"), subnet: netip.MustParsePrefix("fd00:10:244:3::/64")})
+	m := newIPTablesMasq(detectIPTables(Netns(ns.Name()), testapi.Logger()), fams)
+	mustSync(t, t.Context(), m, true)
+	mustSync(t, t.Context(), m, false)
+	for _, tool := range []string{"iptables", "ip6tables"} {
+		legacy := string(ns.MustExec(t, tool+"-legacy-save"))
+		if strings.Count(legacy, "-j "+chainMasq+"\n") != 1 || strings.Count(legacy, "-j "+chainFwd+"\n") != 1 || strings.Count(legacy, "-A "+chainMasq+" ") != 6 {
+			t.Errorf("%s-legacy lacks the masquerade rules:\n%s", tool, legacy)
+		}
+		if nft := string(ns.MustExec(t, tool+"-nft-save")); strings.Contains(nft, "NODENET-FLANNEL") {
+			t.Errorf("%s-nft got rules too:\n%s", tool, nft)
+		}
+	}
+	if err := m.Cleanup(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if legacy := string(ns.MustExec(t, "iptables-legacy-save")); strings.Contains(legacy, "NODENET-FLANNEL") {
+		t.Errorf("cleanup left:\n%s", legacy)
 	}
 }
 
@@ -128,7 +157,7 @@ func TestMasqNFTables(t *testing.T) {
 	}
 	// Switching backends: the iptables side cleans nothing it does not
 	// own, and nft Cleanup removes both tables.
-	if err := newIPTablesMasq(Netns(ns.Name()), testMasqFamilies).Cleanup(ctx); err != nil {
+	if err := newIPTablesMasq(detectIPTables(Netns(ns.Name()), testapi.Logger()), testMasqFamilies).Cleanup(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Cleanup(ctx); err != nil {

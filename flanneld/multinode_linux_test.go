@@ -18,9 +18,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodenet/nodenet/flanneld/subnetenv"
 	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/internal/testapi"
+	"github.com/nodenet/nodenet/subnetenv"
 )
 
 // TestMultiNode is the end-to-end test, once per backend: three
@@ -29,6 +29,9 @@ import (
 // restarts without losing a ping, a deleted node disappears from every
 // other node's kernel.
 func TestMultiNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: daemons on several node namespaces; make test runs it")
+	}
 	nettest.RequirePrivileged(t)
 	nettest.RequireTool(t, "iptables-save")
 	api := testapi.Start(t)

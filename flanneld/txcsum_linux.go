@@ -15,8 +15,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodenet/nodenet/internal/netnsutil"
 )
 
 // TX checksum offload on the vxlan devices.
@@ -176,7 +177,7 @@ const (
 // then the same with the outer packets SNATed.
 func probeNATChecksum(ctx context.Context, port int) (probeResult, error) {
 	var res probeResult
-	err := inPrivateNetns(func() error {
+	err := netnsutil.DoPrivate(func() error {
 		h, err := netlink.NewHandle()
 		if err != nil {
 			return fmt.Errorf("netlink in probe namespace: %w", err)
@@ -221,23 +222,6 @@ func sendAndRead(pkt, port int, src net.IP) (probeResult, error) {
 	return readProbe(pkt, port, src, time.Now().Add(probeTimeout))
 }
 
-// inPrivateNetns runs fn on a locked thread moved into a new, unnamed
-// network namespace. The namespace lives only as long as the thread and
-// the sockets in it: nothing is mounted, so it never shows in
-// `ip netns list` and needs no cleanup beyond closing what fn opened.
-func inPrivateNetns(fn func() error) error {
-	return onSwitchedThread(func() error {
-		// The thread keeps the namespace alive; the handle is not needed.
-		priv, err := netns.New()
-		if err != nil {
-			return fmt.Errorf("create private netns: %w", err)
-		}
-		// Once unshared, enter must not fail: the thread is moved.
-		_ = priv.Close()
-		return nil
-	}, fn)
-}
-
 // buildProbeTopology: a veth pair (the "underlay"), a VXLAN device on one
 // end made as the backend makes flannel.1 (outer checksums as the kernel
 // defaults them), with a static remote and neighbour and offload on as a
@@ -246,13 +230,6 @@ func inPrivateNetns(fn func() error) error {
 // inner checksum before the "wire", as a NIC would: what the packet
 // socket reads is what a receiving node would verify.
 func buildProbeTopology(h *netlink.Handle, port int) (int, error) {
-	lo, err := h.LinkByName("lo")
-	if err == nil {
-		err = h.LinkSetUp(lo)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("set lo up: %w", err)
-	}
 	if err := h.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "csum0"}, PeerName: "csum1"}); err != nil {
 		return 0, fmt.Errorf("create probe veth: %w", err)
 	}

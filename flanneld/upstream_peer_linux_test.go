@@ -14,10 +14,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	"github.com/nodenet/nodenet/flanneld/subnetenv"
 	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/internal/testapi"
 	"github.com/nodenet/nodenet/internal/upstream"
+	"github.com/nodenet/nodenet/subnetenv"
 )
 
 // TestUpstreamFlanneldPeering is issue 11 item 1's proof: upstream flanneld
@@ -28,6 +28,9 @@ import (
 // to upstream's podCIDR, and upstream must do the same for nodenet's.
 // Pods behind cni0-like bridges on both nodes ping each other both ways.
 func TestUpstreamFlanneldPeering(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: runs upstream flanneld; make test runs it")
+	}
 	nettest.RequirePrivileged(t)
 	nettest.RequireTool(t, "iptables")
 	bin := upstream.Flanneld(t)

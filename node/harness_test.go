@@ -105,6 +105,9 @@ func forwardInto(t *testing.T, ns *nettest.NS, target string) string {
 // startNode runs an API server and one agent with a CNI network.
 func startNode(t *testing.T) *testNode {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: runs a node agent with pods in namespaces; make test runs it")
+	}
 	ns := nettest.New(t)
 	bin := testbin.Build(t)
 	srv := testapi.Start(t, func(c *apiserver.Config) { c.DialNode = dialIn(ns) })
@@ -151,10 +154,10 @@ func startNode(t *testing.T) *testNode {
 		n.stopAgent(syscall.SIGTERM)
 		logf.Close()
 		// Whatever the agent left behind (it failed) goes too.
-		left, _ := filepath.Glob(filepath.Join(netnsDir, prefix+"*"))
-		for _, p := range left {
-			t.Errorf("pod namespace %s left behind", filepath.Base(p))
-			_ = deleteNetns(filepath.Base(p))
+		left, _ := netnsutil.List(prefix)
+		for _, name := range left {
+			t.Errorf("pod namespace %s left behind", name)
+			_ = netnsutil.Delete(name)
 		}
 		if t.Failed() {
 			b, _ := os.ReadFile(logPath)
@@ -182,7 +185,7 @@ func (n *testNode) startAgent(t *testing.T) {
 	t.Helper()
 	cmd := exec.Command(n.agentArgs[0], n.agentArgs[1:]...)
 	cmd.Stdout, cmd.Stderr = n.agentLog, n.agentLog
-	if err := netnsutil.Do(n.ns.Path(), cmd.Start); err != nil {
+	if err := netnsutil.Start(n.ns.Path(), cmd); err != nil {
 		t.Fatalf("start agent: %v", err)
 	}
 	n.agent, n.exited = cmd, make(chan struct{})
@@ -207,7 +210,7 @@ func (n *testNode) stopPods(t *testing.T, prefix string) {
 	_ = n.client.CoreV1().Pods("default").DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](1)}, metav1.ListOptions{})
 	for ctx.Err() == nil {
 		pods, err := n.client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
-		left, _ := filepath.Glob(filepath.Join(netnsDir, prefix+"*"))
+		left, _ := netnsutil.List(prefix)
 		if err == nil && len(pods.Items) == 0 && len(left) == 0 {
 			return
 		}

@@ -281,7 +281,7 @@ func kubectlUnsupported(t *testing.T, kubectl, kc string) {
 	for _, args := range [][]string{
 		{"exec", "echo-1", "--", "true"},
 		{"attach", "echo-1"},
-		{"port-forward", "pod/echo-1", "18080:8080"},
+		{"port-forward", "pod/echo-1", ":8080"}, // any free local port
 	} {
 		out, err := runKubectl(t, kubectl, kc, args...)
 		want := "pods/" + strings.ReplaceAll(args[0], "-", "") + " is not supported by nodenet"

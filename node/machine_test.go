@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nodenet/nodenet/internal/nettest"
+	"github.com/nodenet/nodenet/internal/kubectltest"
 	"github.com/nodenet/nodenet/internal/testapi"
 	"github.com/nodenet/nodenet/internal/version"
 )
@@ -82,14 +82,10 @@ func TestCapacityFromMachineFiles(t *testing.T) {
 	}
 }
 
-// kubectlBinary is the real kubectl 1.33 shipped beside /usr/bin/kubectl.
+// kubectlBinary is the real kubectl 1.33 (internal/kubectltest).
 func kubectlBinary(t *testing.T) string {
 	t.Helper()
-	target, err := filepath.EvalSymlinks("/usr/bin/kubectl")
-	if err != nil {
-		return nettest.RequireTool(t, "kubectl")
-	}
-	return nettest.RequireTool(t, filepath.Join(filepath.Dir(target), "kubectl.1.33"))
+	return kubectltest.Version(t, "1.33")
 }
 
 func runKubectl(t *testing.T, bin, kubeconfig string, args ...string) (string, error) {

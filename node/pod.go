@@ -20,6 +20,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+
+	"github.com/nodenet/nodenet/internal/netnsutil"
 )
 
 // NetnsAnnotation names a pod's network namespace (under /run/netns), so
@@ -231,7 +233,7 @@ func (w *podWorker) start(ctx context.Context, pod *corev1.Pod) error {
 	defer w.a.gcMu.RUnlock()
 	id := randomID()
 	name := w.a.o.NetnsPrefix + strings.ReplaceAll(string(pod.UID), "-", "")[:12]
-	nsPath, err := createNetns(name)
+	nsPath, err := netnsutil.Create(name)
 	if err != nil {
 		return err
 	}
@@ -240,7 +242,7 @@ func (w *podWorker) start(ctx context.Context, pod *corev1.Pod) error {
 	defer func() {
 		if !success {
 			_ = w.a.cni.del(context.Background(), pod, id, nsPath)
-			_ = deleteNetns(name)
+			_ = netnsutil.Delete(name)
 		}
 	}()
 	if sb.IPs, err = w.a.cni.add(ctx, pod, id, nsPath); err != nil {
@@ -268,7 +270,7 @@ func (w *podWorker) start(ctx context.Context, pod *corev1.Pod) error {
 }
 
 func (w *podWorker) adopt(pod *corev1.Pod, s *sandboxState) bool {
-	if _, err := os.Stat(filepath.Join(netnsDir, s.Netns)); err != nil {
+	if _, err := os.Stat(netnsutil.Path(s.Netns)); err != nil {
 		return false
 	}
 	w.mu.Lock()
@@ -332,7 +334,7 @@ func (w *podWorker) startContainer(pod *corev1.Pod, c corev1.Container) error {
 		}
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := inNetns(filepath.Join(netnsDir, w.sb.Netns), cmd.Start); err != nil {
+	if err := netnsutil.Start(netnsutil.Path(w.sb.Netns), cmd); err != nil {
 		logf.Close()
 		return &podError{"StartError", c.Name, fmt.Errorf("container %q: start %s: %w", c.Name, argv[0], err)}
 	}
@@ -461,10 +463,10 @@ func (w *podWorker) teardown(ctx context.Context, pod *corev1.Pod, grace time.Du
 		pod = &corev1.Pod{}
 		pod.Namespace, pod.Name, pod.UID = sb.Namespace, sb.Name, sb.UID
 	}
-	if err := w.a.cni.del(ctx, pod, sb.ContainerID, filepath.Join(netnsDir, sb.Netns)); err != nil {
+	if err := w.a.cni.del(ctx, pod, sb.ContainerID, netnsutil.Path(sb.Netns)); err != nil {
 		w.a.log.Warn("CNI DEL", "pod", pod.Name, "err", err)
 	}
-	if err := deleteNetns(sb.Netns); err != nil {
+	if err := netnsutil.Delete(sb.Netns); err != nil {
 		w.a.log.Warn("remove netns", "pod", pod.Name, "err", err)
 	}
 	_ = os.Remove(w.a.statePath(sb.UID))

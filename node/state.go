@@ -11,6 +11,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/nodenet/nodenet/internal/netnsutil"
 )
 
 // sandboxState is persisted per pod so a restarted agent can adopt it.
@@ -91,8 +93,8 @@ func (a *Agent) cleanupOrphans(ctx context.Context, store cache.Store, recorded 
 		}
 		pod := &corev1.Pod{}
 		pod.Namespace, pod.Name, pod.UID = s.Namespace, s.Name, s.UID
-		_ = a.cni.del(ctx, pod, s.ContainerID, filepath.Join(netnsDir, s.Netns))
-		_ = deleteNetns(s.Netns)
+		_ = a.cni.del(ctx, pod, s.ContainerID, netnsutil.Path(s.Netns))
+		_ = netnsutil.Delete(s.Netns)
 		_ = os.Remove(a.statePath(uid))
 	}
 	// Sandboxes started since the informer synced are live too.

@@ -6,13 +6,14 @@ import (
 	"net"
 	"net/http"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/nodenet/nodenet/internal/netnsutil"
 )
 
 func condition(t corev1.PodConditionType, ok bool, since metav1.Time) corev1.PodCondition {
@@ -239,7 +240,7 @@ func (w *podWorker) runProbe(ctx context.Context, pod *corev1.Pod, c corev1.Cont
 			argv[0] = w.a.o.Self
 		}
 		cmd := exec.CommandContext(cctx, argv[0], argv[1:]...)
-		if err := inNetns(filepath.Join(netnsDir, w.sb.Netns), cmd.Start); err != nil {
+		if err := netnsutil.Start(netnsutil.Path(w.sb.Netns), cmd); err != nil {
 			return err
 		}
 		return cmd.Wait()

@@ -20,8 +20,30 @@ var ErrInvalid = errors.New("invalid input")
 // IsInvalid reports whether err is (or wraps) ErrInvalid.
 func IsInvalid(err error) bool { return errors.Is(err, ErrInvalid) }
 
-func invalid(format string, a ...any) error {
-	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, a...))
+// InvalidError is one skipped piece of input; it is ErrInvalid (errors.Is)
+// and says which kind of object it came from, the label of the
+// invalid-input metric.
+type InvalidError struct {
+	Kind InputKind
+	Msg  string
+}
+
+// InputKind is the object an InvalidError came from.
+type InputKind string
+
+// Kinds of invalid input.
+const (
+	InvalidService       InputKind = "service"
+	InvalidEndpointSlice InputKind = "endpointslice"
+)
+
+func (e *InvalidError) Error() string { return ErrInvalid.Error() + ": " + e.Msg }
+
+// Is makes errors.Is(err, ErrInvalid) true.
+func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
+
+func invalid(kind InputKind, format string, a ...any) error {
+	return &InvalidError{Kind: kind, Msg: fmt.Sprintf(format, a...)}
 }
 
 // ServiceFamilies returns the families a Service has a ClusterIP in. Headless
@@ -40,7 +62,7 @@ func serviceClusterIP(svc *v1.Service, f Family) (netip.Addr, bool, error) {
 		}
 		a, err := netip.ParseAddr(s)
 		if err != nil {
-			return netip.Addr{}, false, invalid("service %s/%s: clusterIP %q", svc.Namespace, svc.Name, s)
+			return netip.Addr{}, false, invalid(InvalidService, "service %s/%s: clusterIP %q", svc.Namespace, svc.Name, s)
 		}
 		if f.Contains(a) {
 			return a.Unmap(), true, nil
@@ -77,7 +99,7 @@ func ServicePortsFor(svc *v1.Service, f Family) ([]*ServicePort, []error) {
 	for _, s := range svc.Spec.LoadBalancerSourceRanges {
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
-			errs = append(errs, invalid("service %s: loadBalancerSourceRange %q", nn, s))
+			errs = append(errs, invalid(InvalidService, "service %s: loadBalancerSourceRange %q", nn, s))
 			continue
 		}
 		if f.Contains(p.Addr()) {
@@ -111,15 +133,15 @@ func ServicePortsFor(svc *v1.Service, f Family) ([]*ServicePort, []error) {
 	for _, p := range svc.Spec.Ports {
 		proto, err := parseProtocol(p.Protocol)
 		if err != nil {
-			errs = append(errs, invalid("service %s port %q: %v", nn, p.Name, err))
+			errs = append(errs, invalid(InvalidService, "service %s port %q: %v", nn, p.Name, err))
 			continue
 		}
 		if p.Port <= 0 || p.Port > 65535 {
-			errs = append(errs, invalid("service %s port %q: port %d", nn, p.Name, p.Port))
+			errs = append(errs, invalid(InvalidService, "service %s port %q: port %d", nn, p.Name, p.Port))
 			continue
 		}
 		if p.NodePort < 0 || p.NodePort > 65535 {
-			errs = append(errs, invalid("service %s port %q: nodePort %d", nn, p.Name, p.NodePort))
+			errs = append(errs, invalid(InvalidService, "service %s port %q: nodePort %d", nn, p.Name, p.NodePort))
 			continue
 		}
 		sp := &ServicePort{
@@ -164,7 +186,7 @@ func parseAddrs(in []string, f Family, what string, nn types.NamespacedName) ([]
 	for _, s := range in {
 		a, err := netip.ParseAddr(s)
 		if err != nil {
-			errs = append(errs, invalid("service %s: %s %q", nn, what, s))
+			errs = append(errs, invalid(InvalidService, "service %s: %s %q", nn, what, s))
 			continue
 		}
 		if f.Contains(a) {
@@ -211,7 +233,7 @@ func EndpointsFor(sps []*ServicePort, slices_ []*discovery.EndpointSlice, f Fami
 		for _, p := range sl.Ports {
 			proto, err := parseProtocol(ptrOr(p.Protocol, v1.ProtocolTCP))
 			if err != nil {
-				errs = append(errs, invalid("endpointslice %s/%s: %v", sl.Namespace, sl.Name, err))
+				errs = append(errs, invalid(InvalidEndpointSlice, "endpointslice %s/%s: %v", sl.Namespace, sl.Name, err))
 				continue
 			}
 			k := portKey{ptrOr(p.Name, ""), proto}
@@ -221,7 +243,7 @@ func EndpointsFor(sps []*ServicePort, slices_ []*discovery.EndpointSlice, f Fami
 			}
 			port := ptrOr(p.Port, 0)
 			if port <= 0 || port > 65535 {
-				errs = append(errs, invalid("endpointslice %s/%s port %q: port %d", sl.Namespace, sl.Name, k.name, port))
+				errs = append(errs, invalid(InvalidEndpointSlice, "endpointslice %s/%s port %q: port %d", sl.Namespace, sl.Name, k.name, port))
 				continue
 			}
 			if seen[k] == nil {
@@ -233,7 +255,7 @@ func EndpointsFor(sps []*ServicePort, slices_ []*discovery.EndpointSlice, f Fami
 				}
 				a, err := netip.ParseAddr(ep.Addresses[0])
 				if err != nil || !f.Contains(a) {
-					errs = append(errs, invalid("endpointslice %s/%s: address %q", sl.Namespace, sl.Name, ep.Addresses[0]))
+					errs = append(errs, invalid(InvalidEndpointSlice, "endpointslice %s/%s: address %q", sl.Namespace, sl.Name, ep.Addresses[0]))
 					continue
 				}
 				e := toEndpoint(ep, a.Unmap(), uint16(port), node)

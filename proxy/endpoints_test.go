@@ -105,27 +105,21 @@ func TestSelectEndpoints(t *testing.T) {
 func TestNodePortAddresses(t *testing.T) {
 	local := []netip.Addr{netip.MustParseAddr("10.1.0.5"), netip.MustParseAddr("192.168.1.2"), netip.MustParseAddr("fd00::5"), netip.MustParseAddr("127.0.0.1")}
 	node := []netip.Addr{netip.MustParseAddr("192.168.1.2")}
+	p := netip.MustParsePrefix
 	for _, tc := range []struct {
-		flag []string
+		n    NodePortAddresses
 		fam  Family
 		want NodePorts
 	}{
-		{nil, IPv4, NodePorts{All: true}},
-		{[]string{"10.0.0.0/8"}, IPv4, NodePorts{Addrs: []netip.Addr{netip.MustParseAddr("10.1.0.5")}}},
-		{[]string{"10.0.0.0/8,fd00::/64"}, IPv6, NodePorts{Addrs: []netip.Addr{netip.MustParseAddr("fd00::5")}}},
-		{[]string{"10.0.0.0/8"}, IPv6, NodePorts{All: true}}, // no CIDR of this family
-		{[]string{"primary"}, IPv4, NodePorts{Addrs: node}},
-		{[]string{"primary", "127.0.0.0/8"}, IPv4, NodePorts{Addrs: []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("192.168.1.2")}}},
+		{NodePortAddresses{}, IPv4, NodePorts{All: true}},
+		{NodePortAddresses{CIDRs: []netip.Prefix{p("10.0.0.0/8")}}, IPv4, NodePorts{Addrs: []netip.Addr{netip.MustParseAddr("10.1.0.5")}}},
+		{NodePortAddresses{CIDRs: []netip.Prefix{p("10.0.0.0/8"), p("fd00::/64")}}, IPv6, NodePorts{Addrs: []netip.Addr{netip.MustParseAddr("fd00::5")}}},
+		{NodePortAddresses{CIDRs: []netip.Prefix{p("10.0.0.0/8")}}, IPv6, NodePorts{All: true}}, // no CIDR of this family
+		{NodePortAddresses{Primary: true}, IPv4, NodePorts{Addrs: node}},
+		{NodePortAddresses{Primary: true, CIDRs: []netip.Prefix{p("127.0.0.0/8")}}, IPv4, NodePorts{Addrs: []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("192.168.1.2")}}},
 	} {
-		n, err := ParseNodePortAddresses(tc.flag)
-		if err != nil {
-			t.Fatal(err)
+		if got := tc.n.Resolve(tc.fam, local, node); !got.Equal(tc.want) {
+			t.Errorf("%+v %v: got %+v, want %+v", tc.n, tc.fam, got, tc.want)
 		}
-		if got := n.Resolve(tc.fam, local, node); !got.Equal(tc.want) {
-			t.Errorf("%v %v: got %+v, want %+v", tc.flag, tc.fam, got, tc.want)
-		}
-	}
-	if _, err := ParseNodePortAddresses([]string{"bogus"}); err == nil {
-		t.Error("bogus nodeport address accepted")
 	}
 }

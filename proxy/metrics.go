@@ -1,8 +1,8 @@
 package proxy
 
 import (
+	"errors"
 	"slices"
-	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -192,11 +192,11 @@ func (m *Metrics) failureCounters(mode string, partial bool) []*prometheus.Count
 
 func (m *Metrics) countInvalid(errs []error) {
 	for _, err := range errs {
-		kind := "service"
-		if strings.Contains(err.Error(), "endpointslice") {
-			kind = "endpointslice"
+		kind := InvalidService
+		if ie := (*InvalidError)(nil); errors.As(err, &ie) {
+			kind = ie.Kind
 		}
-		m.InvalidInput.WithLabelValues(kind).Inc()
+		m.InvalidInput.WithLabelValues(string(kind)).Inc()
 	}
 }
 

@@ -1,41 +1,16 @@
 package proxy
 
 import (
-	"fmt"
 	"net/netip"
 	"slices"
-	"strings"
 )
 
-// NodePortAddresses is the parsed --nodeport-addresses value: a list of CIDRs
-// and/or the word "primary" (the node's primary IPs from its Node object).
-// Empty means every local address.
+// NodePortAddresses is --nodeport-addresses (parsed by cmd/nodenet): a
+// list of CIDRs and/or the word "primary" (the node's primary IPs from its
+// Node object). Empty means every local address.
 type NodePortAddresses struct {
 	CIDRs   []netip.Prefix
 	Primary bool
-}
-
-// ParseNodePortAddresses parses --nodeport-addresses values ("10.0.0.0/8",
-// "primary", comma lists already split or not).
-func ParseNodePortAddresses(values []string) (NodePortAddresses, error) {
-	var n NodePortAddresses
-	for _, v := range values {
-		for _, s := range strings.Split(v, ",") {
-			s = strings.TrimSpace(s)
-			switch {
-			case s == "":
-			case strings.EqualFold(s, "primary"):
-				n.Primary = true
-			default:
-				p, err := netip.ParsePrefix(s)
-				if err != nil {
-					return NodePortAddresses{}, fmt.Errorf("parse nodeport address %q: want a CIDR or \"primary\": %w", s, err)
-				}
-				n.CIDRs = append(n.CIDRs, p.Masked())
-			}
-		}
-	}
-	return n, nil
 }
 
 // Resolve computes where NodePorts of family f are open. local are the

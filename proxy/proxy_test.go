@@ -221,6 +221,9 @@ func TestBadInputIsSkipped(t *testing.T) {
 	tr := p.Tracker()
 	tr.SetService(service("a", "good", "10.96.0.1"))
 	tr.SetService(service("a", "badip", "10.96.0.300"))
+	// A name is no hint of the kind (the metric once guessed it from the
+	// error text).
+	tr.SetService(service("a", "endpointslice-mirror", "10.96.0.301"))
 	tr.SetService(service("a", "port0", "10.96.0.3", v1.ServicePort{Name: "x", Port: 0}))
 	tr.SetService(service("a", "proto", "10.96.0.4", v1.ServicePort{Name: "x", Port: 80, Protocol: "ICMP"},
 		v1.ServicePort{Name: "ok", Port: 81, Protocol: v1.ProtocolUDP}))
@@ -243,8 +246,8 @@ func TestBadInputIsSkipped(t *testing.T) {
 	}
 	svcBad := metricValue(p.Metrics().InvalidInput.WithLabelValues("service"))
 	sliceBad := metricValue(p.Metrics().InvalidInput.WithLabelValues("endpointslice"))
-	if svcBad != 3 || sliceBad != 2 {
-		t.Errorf("invalid input metric: service %v (want 3), endpointslice %v (want 2)", svcBad, sliceBad)
+	if svcBad != 4 || sliceBad != 2 {
+		t.Errorf("invalid input metric: service %v (want 4), endpointslice %v (want 2)", svcBad, sliceBad)
 	}
 }
 

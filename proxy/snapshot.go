@@ -90,7 +90,7 @@ func (st *familyState) buildSnapshot(in buildInput, log *slog.Logger) (*Snapshot
 		var kept []*ServicePort
 		for _, sp := range sps {
 			if _, dup := snap.Services[sp.Name]; dup {
-				errs = append(errs, invalid("service %s: duplicate port %s", n, sp.Name))
+				errs = append(errs, invalid(InvalidService, "service %s: duplicate port %s", n, sp.Name))
 				continue
 			}
 			sp.Selected = SelectEndpoints(sp, in.node)

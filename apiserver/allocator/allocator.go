@@ -19,18 +19,18 @@ type IPRange struct {
 // way kube-apiserver refuses ranges wider than 20 host bits.
 const maxRangeSize = 1 << 20
 
-// NewIPRange parses a CIDR such as 10.96.0.0/12 or fd00:10:96::/108.
-func NewIPRange(cidr string) (*IPRange, error) {
-	p, err := netip.ParsePrefix(cidr)
-	if err != nil {
-		return nil, fmt.Errorf("parse service CIDR %q: %w", cidr, err)
+// NewIPRange makes the range of a CIDR such as 10.96.0.0/12 or
+// fd00:10:96::/108.
+func NewIPRange(p netip.Prefix) (*IPRange, error) {
+	if !p.IsValid() {
+		return nil, fmt.Errorf("service CIDR %v is not a valid CIDR", p)
 	}
 	if p.Masked() != p {
-		return nil, fmt.Errorf("service CIDR %q has host bits set (did you mean %s?)", cidr, p.Masked())
+		return nil, fmt.Errorf("service CIDR %s has host bits set (did you mean %s?)", p, p.Masked())
 	}
 	hostBits := p.Addr().BitLen() - p.Bits()
 	if hostBits < 2 {
-		return nil, fmt.Errorf("service CIDR %q is too small", cidr)
+		return nil, fmt.Errorf("service CIDR %s is too small", p)
 	}
 	size := uint64(maxRangeSize)
 	if hostBits < 21 {
@@ -97,10 +97,19 @@ func ParsePortRange(s string) (PortRange, error) {
 	if _, err := fmt.Sscanf(s, "%d-%d", &lo, &hi); err != nil {
 		return PortRange{}, fmt.Errorf("parse port range %q: want LOW-HIGH", s)
 	}
-	if lo < 1 || hi > 65535 || lo > hi {
-		return PortRange{}, fmt.Errorf("port range %q: want 1 <= LOW <= HIGH <= 65535", s)
+	p := PortRange{Base: lo, Size: hi - lo + 1}
+	if err := p.Validate(); err != nil {
+		return PortRange{}, err
 	}
-	return PortRange{Base: lo, Size: hi - lo + 1}, nil
+	return p, nil
+}
+
+// Validate reports whether p is a usable range of ports.
+func (p PortRange) Validate() error {
+	if p.Base < 1 || p.Size < 1 || p.Base+p.Size-1 > 65535 {
+		return fmt.Errorf("port range %s: want 1 <= LOW <= HIGH <= 65535", p)
+	}
+	return nil
 }
 
 func (p PortRange) String() string { return fmt.Sprintf("%d-%d", p.Base, p.Base+p.Size-1) }

@@ -7,7 +7,7 @@ import (
 )
 
 func TestIPRangeSizeAndBounds(t *testing.T) {
-	r, err := NewIPRange("10.96.0.0/29")
+	r, err := NewIPRange(netip.MustParsePrefix("10.96.0.0/29"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,7 +25,7 @@ func TestIPRangeSizeAndBounds(t *testing.T) {
 }
 
 func TestIPRangePickExhausts(t *testing.T) {
-	r, _ := NewIPRange("10.96.0.0/29")
+	r, _ := NewIPRange(netip.MustParsePrefix("10.96.0.0/29"))
 	taken := NewSet()
 	seen := map[netip.Addr]bool{}
 	for i := 0; i < 6; i++ {
@@ -45,7 +45,7 @@ func TestIPRangePickExhausts(t *testing.T) {
 }
 
 func TestIPv6Range(t *testing.T) {
-	r, err := NewIPRange("fd00:10:96::/112")
+	r, err := NewIPRange(netip.MustParsePrefix("fd00:10:96::/112"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,10 +55,10 @@ func TestIPv6Range(t *testing.T) {
 	if got := r.At(1).String(); got != "fd00:10:96::1" {
 		t.Fatalf("At(1) = %s", got)
 	}
-	if _, err := NewIPRange("fd00:10:96::1/112"); err == nil {
+	if _, err := NewIPRange(netip.MustParsePrefix("fd00:10:96::1/112")); err == nil {
 		t.Fatal("host bits set: want error")
 	}
-	if _, err := NewIPRange("not-a-cidr"); err == nil {
+	if _, err := NewIPRange(netip.Prefix{}); err == nil {
 		t.Fatal("garbage: want error")
 	}
 }

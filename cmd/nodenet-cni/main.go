@@ -1,19 +1,3 @@
-// Command nodenet-cni is the nodenet CNI plugin binary: the runtime execs it
-// with CNI_* variables and the network configuration on stdin, and it
-// prints the result (or a CNI error object) on stdout. Logs go to stderr.
-// Install it as /opt/cni/bin/nodenet, or as /opt/cni/bin/flannel to serve
-// an existing flannel conflist.
-//
-// Build it static, as the reference plugins are shipped:
-//
-//	CGO_ENABLED=0 go build -o /opt/cni/bin/nodenet ./cmd/nodenet-cni
-//
-// A cgo build links libc dynamically (package net), and the dynamic loader
-// alone then costs about a millisecond per exec, a third of an ADD.
-//
-// A plugin process lives for one command, so its start-up is a good part
-// of every ADD and DEL: the binary links neither the reference library's
-// skel nor its result types (see package cni).
 package main
 
 import (
@@ -26,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/nodenet/nodenet/cni"
+	"github.com/nodenet/nodenet/cni/protocol"
 )
 
 const about = "nodenet-cni: cni0 bridge + veth + in-process host-local IPAM for nodenet and flannel networks"
@@ -53,7 +38,7 @@ func preparePod() *cni.PreparedPod {
 	pp, err := cni.PreparePod(os.Getenv("CNI_NETNS"))
 	if err != nil {
 		// This thread is stuck in the pod's namespace: nothing may run.
-		b, _ := json.Marshal(cni.AsWireError(err))
+		b, _ := json.Marshal(protocol.AsWireError(err))
 		os.Stdout.Write(b)
 		os.Exit(1)
 	}
@@ -71,7 +56,7 @@ func main() {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	p := &cni.Plugin{Log: log, Reaper: spawnReaper, Prepared: pod}
 	installTestHooks(p)
-	os.Exit(p.Main(context.Background(), os.Getenv, os.Stdin, os.Stdout, os.Stderr, about))
+	os.Exit(protocol.Main(context.Background(), p, os.Getenv, os.Stdin, os.Stdout, os.Stderr, about))
 }
 
 // spawnReaper makes sure a reaper deletes the veth pairs DEL has cut off,

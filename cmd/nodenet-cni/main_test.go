@@ -15,8 +15,8 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
-	"github.com/nodenet/nodenet/flanneld/subnetenv"
 	"github.com/nodenet/nodenet/internal/nettest"
+	"github.com/nodenet/nodenet/subnetenv"
 )
 
 var binDir string

@@ -1,5 +1,3 @@
-// Command nodenet-image builds nodenet's container image (see package
-// daemonset/image) into an OCI/Docker archive: `make image`.
 package main
 
 import (

@@ -4,22 +4,24 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"net/netip"
 	"os"
 	"runtime"
 	"time"
 
 	"github.com/nodenet/nodenet/apiserver"
+	"github.com/nodenet/nodenet/apiserver/allocator"
+	"github.com/nodenet/nodenet/internal/cidrlist"
 	"github.com/nodenet/nodenet/internal/version"
 )
 
 func runAPIServer(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("apiserver", flag.ContinueOnError)
 	var (
-		cfg       apiserver.Config
-		etcd      stringList
-		svcRanges stringList
-		sans      stringList
-		logs      logFlags
+		cfg  apiserver.Config
+		etcd stringList
+		sans stringList
+		logs logFlags
 	)
 	fs.StringVar(&cfg.DataDir, "data-dir", "/var/lib/nodenet/apiserver", "directory for embedded etcd, certificates, tokens and admin.kubeconfig")
 	fs.Var(&etcd, "etcd-servers", "external etcd endpoints (comma-separated); empty = embedded etcd in --data-dir")
@@ -28,8 +30,12 @@ func runAPIServer(ctx context.Context, args []string) error {
 	fs.IntVar(&cfg.SecurePort, "secure-port", 6443, "HTTPS port (0 = any free port)")
 	fs.StringVar(&cfg.AdvertiseAddress, "advertise-address", "", "IP clients and the kubernetes Service use to reach this server (default: the bind address, or 127.0.0.1 when that is unspecified; a link-local, multicast or unspecified address is refused)")
 	fs.IntVar(&cfg.InsecurePort, "insecure-port", 0, "plain-HTTP port on 127.0.0.1 without authentication (0 = off)")
-	fs.Var(&svcRanges, "service-cluster-ip-range", "Service ClusterIP CIDR(s): one, or two of different families for dual-stack (default 10.96.0.0/12)")
-	fs.StringVar(&cfg.ServiceNodePortRange, "service-node-port-range", "30000-32767", "NodePort range")
+	// The Service ranges are handed out address by address, so a typo in
+	// them is refused rather than read as Kubernetes reads --cluster-cidr.
+	cfg.ServiceClusterIPRanges = []netip.Prefix{apiserver.DefaultServiceClusterIPRange}
+	fs.Var(newCIDRsFlag(&cfg.ServiceClusterIPRanges, cidrlist.Rule{OnePerFamily: true, StrictHostBits: true}), "service-cluster-ip-range", "Service ClusterIP CIDR(s): one, or two of different families for dual-stack")
+	cfg.ServiceNodePortRange = apiserver.DefaultServiceNodePortRange
+	fs.Var(&portRangeFlag{&cfg.ServiceNodePortRange}, "service-node-port-range", "NodePort range, `LOW-HIGH`")
 	fs.StringVar(&cfg.TokenAuthFile, "token-auth-file", "", "token CSV (token,user,uid,\"groups\"); default <data-dir>/tokens.csv, created with an admin token")
 	fs.Var(&sans, "tls-san", "extra DNS names or IPs for the serving certificate (repeatable)")
 	fs.IntVar(&cfg.WatchCacheSize, "watch-cache-size", 10000, "events kept per resource for resuming watches")
@@ -45,7 +51,7 @@ func runAPIServer(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg.EtcdServers, cfg.ServiceClusterIPRanges, cfg.TLSSANs, cfg.Logger = etcd, svcRanges, sans, log
+	cfg.EtcdServers, cfg.TLSSANs, cfg.Logger = etcd, sans, log
 	srv, err := apiserver.Start(ctx, cfg)
 	if err != nil {
 		return err
@@ -54,6 +60,25 @@ func runAPIServer(ctx context.Context, args []string) error {
 	<-ctx.Done()
 	log.Info("shutting down")
 	srv.Stop()
+	return nil
+}
+
+// portRangeFlag is --service-node-port-range ("30000-32767").
+type portRangeFlag struct{ dst *allocator.PortRange }
+
+func (f *portRangeFlag) String() string {
+	if f == nil || f.dst == nil {
+		return ""
+	}
+	return f.dst.String()
+}
+
+func (f *portRangeFlag) Set(v string) error {
+	p, err := allocator.ParsePortRange(v)
+	if err != nil {
+		return err
+	}
+	*f.dst = p
 	return nil
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -24,6 +25,7 @@ import (
 	"github.com/nodenet/nodenet/controllers/nodeipam"
 	"github.com/nodenet/nodenet/controllers/nodelifecycle"
 	"github.com/nodenet/nodenet/controllers/scheduler"
+	"github.com/nodenet/nodenet/internal/cidrlist"
 	"github.com/nodenet/nodenet/routes"
 )
 
@@ -33,19 +35,19 @@ import (
 // --configure-lb-routes).
 var allControllers = []string{"nodeipam", "endpointslice", "endpoints", "loadbalancer", "nodelifecycle", "scheduler", "daemonset", "cloudroutes", "lbroutes"}
 
+// cmFlags are controller-manager's flags, parsed into the controllers'
+// typed options.
 type cmFlags struct {
 	kubeconfig     string
 	qps            float64
 	burst          int
 	controllers    stringList
-	clusterCIDRs   stringList
-	mask, mask4    int
-	mask6          int
-	maxPerSlice    int
-	lbPools        stringList
-	graceful       time.Duration
-	monitorPeriod  time.Duration
-	schedulerName  string
+	clusterCIDRs   []netip.Prefix
+	lbPools        []netip.Prefix
+	ipam           nodeipam.Options // ClusterCIDRs come from clusterCIDRs
+	slices         endpointslice.Options
+	lifecycle      nodelifecycle.Options
+	sched          scheduler.Options
 	cloudRoutes    bool
 	lbRoutes       bool
 	routeNetns     string
@@ -68,15 +70,15 @@ func (f *cmFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.qps, "kube-api-qps", 50, "client QPS to the API server (-1: unlimited)")
 	fs.IntVar(&f.burst, "kube-api-burst", 100, "client burst to the API server")
 	fs.Var(&f.controllers, "controllers", "controllers to run: '*' (every configured one), or names from "+strings.Join(allControllers, ",")+"; '-name' disables one")
-	fs.Var(&f.clusterCIDRs, "cluster-cidr", "cluster pod CIDR(s), one per family (enables node IPAM and bounds cloud routes)")
-	fs.IntVar(&f.mask, "node-cidr-mask-size", 0, "node podCIDR prefix length for a single-stack cluster")
-	fs.IntVar(&f.mask4, "node-cidr-mask-size-ipv4", 0, "IPv4 node podCIDR prefix length (default 24)")
-	fs.IntVar(&f.mask6, "node-cidr-mask-size-ipv6", 0, "IPv6 node podCIDR prefix length (default 64)")
-	fs.IntVar(&f.maxPerSlice, "max-endpoints-per-slice", 0, "endpoints per EndpointSlice (default 100)")
-	fs.Var(&f.lbPools, "lb-ip-pool", "CIDR(s) LoadBalancer Service IPs are handed out from (enables the LoadBalancer IP controller)")
-	fs.DurationVar(&f.graceful, "node-monitor-grace-period", 40*time.Second, "how long a node may go without renewing its lease before it is marked unknown")
-	fs.DurationVar(&f.monitorPeriod, "node-monitor-period", time.Second, "how often node leases are checked")
-	fs.StringVar(&f.schedulerName, "scheduler-name", "default-scheduler", "schedule pods whose spec.schedulerName is this")
+	fs.Var(newCIDRsFlag(&f.clusterCIDRs, cidrlist.DualStack), "cluster-cidr", "cluster pod CIDR(s), one per family (enables node IPAM and bounds cloud routes)")
+	fs.IntVar(&f.ipam.NodeCIDRMaskSize, "node-cidr-mask-size", 0, "node podCIDR prefix length for a single-stack cluster")
+	fs.IntVar(&f.ipam.NodeCIDRMaskSizeIPv4, "node-cidr-mask-size-ipv4", 0, "IPv4 node podCIDR prefix length (default 24)")
+	fs.IntVar(&f.ipam.NodeCIDRMaskSizeIPv6, "node-cidr-mask-size-ipv6", 0, "IPv6 node podCIDR prefix length (default 64)")
+	fs.IntVar(&f.slices.MaxEndpointsPerSlice, "max-endpoints-per-slice", 0, "endpoints per EndpointSlice (default 100)")
+	fs.Var(newCIDRsFlag(&f.lbPools, cidrlist.Pools), "lb-ip-pool", "CIDR(s) LoadBalancer Service IPs are handed out from (enables the LoadBalancer IP controller)")
+	fs.DurationVar(&f.lifecycle.NodeMonitorGracePeriod, "node-monitor-grace-period", 40*time.Second, "how long a node may go without renewing its lease before it is marked unknown")
+	fs.DurationVar(&f.lifecycle.NodeMonitorPeriod, "node-monitor-period", time.Second, "how often node leases are checked")
+	fs.StringVar(&f.sched.SchedulerName, "scheduler-name", "default-scheduler", "schedule pods whose spec.schedulerName is this")
 	fs.BoolVar(&f.cloudRoutes, "configure-cloud-routes", false, "program one route per node podCIDR into the route table")
 	fs.BoolVar(&f.lbRoutes, "configure-lb-routes", false, "program one route per LoadBalancer IP of --lb-ip-pool, via a node that can serve it, into the route table (what a cloud load balancer does)")
 	fs.StringVar(&f.routeNetns, "route-table-netns", "", "network namespace (name or path) holding the route table; empty: this one")
@@ -131,9 +133,7 @@ func (f *cmFlags) enabled() (map[string]bool, error) {
 		// want inside its own ranges.
 		for _, p := range f.lbPools {
 			for _, c := range f.clusterCIDRs {
-				pp, err1 := netip.ParsePrefix(p)
-				cc, err2 := netip.ParsePrefix(c)
-				if err1 == nil && err2 == nil && pp.Overlaps(cc.Masked()) {
+				if p.Overlaps(c) {
 					return nil, fmt.Errorf("--lb-ip-pool %s overlaps --cluster-cidr %s; the routes of both live in one table", p, c)
 				}
 			}
@@ -156,36 +156,59 @@ func (f *cmFlags) configured(name string) bool {
 	return true
 }
 
-// build turns the flags into controller constructors.
+// validator is a controller's typed options.
+type validator interface{ Validate() error }
+
+// build turns the flags into controller constructors. It validates the
+// options of every enabled controller first: the constructors run only
+// once this copy leads, and a bad flag must fail the start, not the
+// election.
 func (f *cmFlags) build(on map[string]bool) ([]manager.Controller, func(), error) {
-	var out []manager.Controller
+	var (
+		out  []manager.Controller
+		errs []error
+	)
 	cleanup := func() {}
-	add := func(name string, newFn manager.Constructor) {
-		if on[name] {
-			out = append(out, manager.Controller{Name: name, Workers: f.workers, New: newFn})
+	add := func(name string, opts validator, newFn manager.Constructor) {
+		if !on[name] {
+			return
 		}
+		if opts != nil {
+			if err := opts.Validate(); err != nil {
+				errs = append(errs, err)
+				return
+			}
+		}
+		out = append(out, manager.Controller{Name: name, Workers: f.workers, New: newFn})
 	}
-	add("nodeipam", func(c kubernetes.Interface, fac informers.SharedInformerFactory, r record.EventRecorder, l *slog.Logger) (manager.Runner, error) {
-		return nodeipam.New(c, fac, nodeipam.Options{ClusterCIDRs: f.clusterCIDRs, NodeCIDRMaskSize: f.mask, NodeCIDRMaskSizeIPv4: f.mask4, NodeCIDRMaskSizeIPv6: f.mask6}, r, l)
+	ipam := f.ipam
+	ipam.ClusterCIDRs = f.clusterCIDRs
+	add("nodeipam", ipam, func(c kubernetes.Interface, fac informers.SharedInformerFactory, r record.EventRecorder, l *slog.Logger) (manager.Runner, error) {
+		return nodeipam.New(c, fac, ipam, r, l)
 	})
-	add("endpointslice", func(c kubernetes.Interface, fac informers.SharedInformerFactory, r record.EventRecorder, l *slog.Logger) (manager.Runner, error) {
-		return endpointslice.New(c, fac, endpointslice.Options{MaxEndpointsPerSlice: f.maxPerSlice}, r, l)
+	add("endpointslice", f.slices, func(c kubernetes.Interface, fac informers.SharedInformerFactory, r record.EventRecorder, l *slog.Logger) (manager.Runner, error) {
+		return endpointslice.New(c, fac, f.slices, r, l)
 	})
-	add("endpoints", func(c kubernetes.Interface, fac informers.SharedInformerFactory, r record.EventRecorder, l *slog.Logger) (manager.Runner, error) {
+	add("endpoints", nil, func(c kubernetes.Interface, fac informers.SharedInformerFactory, r record.EventRecorder, l *slog.Logger) (manager.Runner, error) {
 		return endpoints.New(c, fac, r, l)
 	})
-	add("loadbalancer", func(c kubernetes.Interface, fac informers.SharedInformerFactory, r record.EventRecorder, l *slog.Logger) (manager.Runner, error) {
-		return loadbalancer.New(c, fac, loadbalancer.Options{Pools: f.lbPools}, r, l)
+	lb := loadbalancer.Options{Pools: f.lbPools}
+	add("loadbalancer", lb, func(c kubernetes.Interface, fac informers.SharedInformerFactory, r record.EventRecorder, l *slog.Logger) (manager.Runner, error) {
+		return loadbalancer.New(c, fac, lb, r, l)
 	})
-	add("nodelifecycle", func(c kubernetes.Interface, fac informers.SharedInformerFactory, r record.EventRecorder, l *slog.Logger) (manager.Runner, error) {
-		return nodelifecycle.New(c, fac, nodelifecycle.Options{NodeMonitorGracePeriod: f.graceful, NodeMonitorPeriod: f.monitorPeriod}, r, l)
+	add("nodelifecycle", f.lifecycle, func(c kubernetes.Interface, fac informers.SharedInformerFactory, r record.EventRecorder, l *slog.Logger) (manager.Runner, error) {
+		return nodelifecycle.New(c, fac, f.lifecycle, r, l)
 	})
-	add("scheduler", func(c kubernetes.Interface, fac informers.SharedInformerFactory, r record.EventRecorder, l *slog.Logger) (manager.Runner, error) {
-		return scheduler.New(c, fac, scheduler.Options{SchedulerName: f.schedulerName}, r, l)
+	add("scheduler", f.sched, func(c kubernetes.Interface, fac informers.SharedInformerFactory, r record.EventRecorder, l *slog.Logger) (manager.Runner, error) {
+		return scheduler.New(c, fac, f.sched, r, l)
 	})
-	add("daemonset", func(c kubernetes.Interface, fac informers.SharedInformerFactory, r record.EventRecorder, l *slog.Logger) (manager.Runner, error) {
-		return daemonset.New(c, fac, daemonset.Options{}, r, l)
+	ds := daemonset.Options{}
+	add("daemonset", ds, func(c kubernetes.Interface, fac informers.SharedInformerFactory, r record.EventRecorder, l *slog.Logger) (manager.Runner, error) {
+		return daemonset.New(c, fac, ds, r, l)
 	})
+	if err := errors.Join(errs...); err != nil {
+		return nil, nil, err
+	}
 	if !on["cloudroutes"] && !on["lbroutes"] {
 		return out, cleanup, nil
 	}
@@ -195,14 +218,19 @@ func (f *cmFlags) build(on map[string]bool) ([]manager.Controller, func(), error
 	if err != nil {
 		return nil, nil, fmt.Errorf("--route-table-netns %q --route-table %d: %w", f.routeNetns, f.routeTable, err)
 	}
-	cleanup = table.Close
-	add("cloudroutes", func(c kubernetes.Interface, fac informers.SharedInformerFactory, r record.EventRecorder, l *slog.Logger) (manager.Runner, error) {
-		return cloudroutes.New(c, fac, cloudroutes.Options{Table: table, ClusterCIDRs: f.clusterCIDRs, ReconcilePeriod: f.routePeriod}, r, l)
+	cloud := cloudroutes.Options{Table: table, ClusterCIDRs: f.clusterCIDRs, ReconcilePeriod: f.routePeriod}
+	add("cloudroutes", cloud, func(c kubernetes.Interface, fac informers.SharedInformerFactory, r record.EventRecorder, l *slog.Logger) (manager.Runner, error) {
+		return cloudroutes.New(c, fac, cloud, r, l)
 	})
-	add("lbroutes", func(c kubernetes.Interface, fac informers.SharedInformerFactory, r record.EventRecorder, l *slog.Logger) (manager.Runner, error) {
-		return lbroutes.New(fac, lbroutes.Options{Table: table, Pools: f.lbPools, ReconcilePeriod: f.routePeriod}, r, l)
+	lbr := lbroutes.Options{Table: table, Pools: f.lbPools, ReconcilePeriod: f.routePeriod}
+	add("lbroutes", lbr, func(c kubernetes.Interface, fac informers.SharedInformerFactory, r record.EventRecorder, l *slog.Logger) (manager.Runner, error) {
+		return lbroutes.New(fac, lbr, r, l)
 	})
-	return out, cleanup, nil
+	if err := errors.Join(errs...); err != nil {
+		table.Close()
+		return nil, nil, err
+	}
+	return out, table.Close, nil
 }
 
 func runControllerManager(ctx context.Context, args []string) error {

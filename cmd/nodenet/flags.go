@@ -3,9 +3,16 @@ package main
 import (
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
+	"net/netip"
 	"os"
+	"slices"
 	"strings"
+
+	"k8s.io/klog/v2"
+
+	"github.com/nodenet/nodenet/internal/cidrlist"
 )
 
 // stringList is a repeatable, comma-separable flag (--etcd-servers a,b).
@@ -22,7 +29,7 @@ func (l *stringList) Set(v string) error {
 	return nil
 }
 
-// logFlags adds --v / --log-level and --log-format and builds the logger.
+// logFlags adds --log-level and --log-format and builds the logger.
 type logFlags struct {
 	level  string
 	format string
@@ -33,7 +40,12 @@ func (l *logFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&l.format, "log-format", "text", "log format: text or json")
 }
 
+// logger builds the subcommand's logger on stderr and makes it klog's too.
 func (l *logFlags) logger(component string) (*slog.Logger, error) {
+	return l.loggerTo(os.Stderr, component)
+}
+
+func (l *logFlags) loggerTo(w io.Writer, component string) (*slog.Logger, error) {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(l.level)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", l.level)
@@ -42,11 +54,58 @@ func (l *logFlags) logger(component string) (*slog.Logger, error) {
 	var h slog.Handler
 	switch l.format {
 	case "text":
-		h = slog.NewTextHandler(os.Stderr, opts)
+		h = slog.NewTextHandler(w, opts)
 	case "json":
-		h = slog.NewJSONHandler(os.Stderr, opts)
+		h = slog.NewJSONHandler(w, opts)
 	default:
 		return nil, fmt.Errorf("--log-format %q: want text or json", l.format)
 	}
-	return slog.New(h).With("component", component), nil
+	log := slog.New(h).With("component", component)
+	routeKlog(log)
+	return log, nil
+}
+
+// routeKlog sends klog — what client-go (informers, leader election, the
+// API's warnings) logs through — into log, so --log-format and --log-level
+// cover those lines too instead of klog writing its own format to stderr.
+// klog.Error* becomes ERROR and klog.Info* INFO; klog.Warning* is INFO as
+// well, because logr, klog's bridge, knows only info and error. klog's own
+// verbosity (0) still drops klog.V(n) lines with n > 0, while contextual
+// loggers' V(n) map to slog level -n (V(4) is DEBUG).
+func routeKlog(log *slog.Logger) {
+	klog.SetSlogLogger(log)
+}
+
+// cidrsFlag is a CIDR-list flag (comma-separated, repeatable) parsed into
+// *dst and checked against its rule as each value is set, so a bad list
+// fails flag parsing with an error that names the flag. Every CIDR-list
+// flag of every subcommand goes through it: one syntax, one set of rules.
+type cidrsFlag struct {
+	dst  *[]netip.Prefix
+	rule cidrlist.Rule
+	raw  []string // values set so far
+}
+
+func newCIDRsFlag(dst *[]netip.Prefix, rule cidrlist.Rule) *cidrsFlag {
+	return &cidrsFlag{dst: dst, rule: rule}
+}
+
+func (f *cidrsFlag) String() string {
+	if f == nil || f.dst == nil {
+		return "" // the flag package asks a zero value for its default
+	}
+	return cidrlist.Join(*f.dst)
+}
+
+// Set adds one value. The rule applies to the whole list, so
+// "--cluster-cidr 10.244.0.0/16 --cluster-cidr 10.245.0.0/16" fails like
+// "--cluster-cidr 10.244.0.0/16,10.245.0.0/16".
+func (f *cidrsFlag) Set(v string) error {
+	raw := append(slices.Clip(f.raw), v)
+	ps, err := cidrlist.Parse(raw, f.rule)
+	if err != nil {
+		return err
+	}
+	f.raw, *f.dst = raw, ps
+	return nil
 }

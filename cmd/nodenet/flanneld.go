@@ -9,11 +9,13 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"regexp"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nodenet/nodenet/flanneld"
-	"github.com/nodenet/nodenet/flanneld/subnetenv"
+	"github.com/nodenet/nodenet/subnetenv"
 )
 
 // runFlanneld is `nodenet flanneld`: upstream flanneld's flags, plus lease
@@ -24,7 +26,8 @@ func runFlanneld(ctx context.Context, args []string) error {
 		o                                flanneld.Options
 		kubeSubnetMgr                    bool
 		kubeconfig, publicIP, publicIPv6 string
-		ifaces, ifaceRegex               stringList
+		canReach                         string
+		ifaces                           stringList
 		healthzIP, cniTemplatePath       string
 		healthzPort, metricsPort         int
 		netns                            string
@@ -38,8 +41,8 @@ func runFlanneld(ctx context.Context, args []string) error {
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config)")
 	fs.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
 	fs.Var(&ifaces, "iface", "interface (name or IP) for inter-node traffic; repeatable, first match wins")
-	fs.Var(&ifaceRegex, "iface-regex", "regex matched against interface names and addresses; repeatable")
-	fs.StringVar(&o.Iface.CanReach, "iface-can-reach", "", "use the interface of the route to this IP")
+	fs.Var(&regexpList{&o.Iface.IfaceRegex}, "iface-regex", "regex matched against interface names and addresses; repeatable")
+	fs.StringVar(&canReach, "iface-can-reach", "", "use the interface of the route to this IP")
 	fs.StringVar(&publicIP, "public-ip", "", "IPv4 address other nodes use to reach this one (default: the interface's)")
 	fs.StringVar(&publicIPv6, "public-ipv6", "", "IPv6 address other nodes use to reach this one")
 	fs.BoolVar(&o.IPMasq, "ip-masq", false, "masquerade traffic from pods to outside the cluster network")
@@ -77,6 +80,9 @@ func runFlanneld(ctx context.Context, args []string) error {
 	if o.Iface.PublicIPv6, err = optionalAddr("--public-ipv6", publicIPv6); err != nil {
 		return err
 	}
+	if o.Iface.CanReach, err = optionalAddr("--iface-can-reach", canReach); err != nil {
+		return err
+	}
 	if cniTemplatePath != "" {
 		b, err := os.ReadFile(cniTemplatePath)
 		if err != nil {
@@ -84,7 +90,7 @@ func runFlanneld(ctx context.Context, args []string) error {
 		}
 		o.CNIConfTemplate = string(b)
 	}
-	o.Iface.Ifaces, o.Iface.IfaceRegex, o.Netns, o.Logger = ifaces, ifaceRegex, flanneld.Netns(netns), log
+	o.Iface.Ifaces, o.Netns, o.Logger = ifaces, flanneld.Netns(netns), log
 	// A bad net-conf.json is reported before anything else is tried.
 	if _, err := flanneld.LoadConfig(o.NetConfPath); err != nil {
 		return err
@@ -113,6 +119,35 @@ func optionalAddr(flagName, s string) (netip.Addr, error) {
 		return a, fmt.Errorf("%s %q: not an IP address", flagName, s)
 	}
 	return a, nil
+}
+
+// regexpList is a repeatable, comma-separable regular-expression flag (as
+// stringList splits it), compiled as it is set so a bad expression fails
+// flag parsing.
+type regexpList struct{ dst *[]*regexp.Regexp }
+
+func (l *regexpList) String() string {
+	if l == nil || l.dst == nil {
+		return ""
+	}
+	s := make([]string, len(*l.dst))
+	for i, re := range *l.dst {
+		s[i] = re.String()
+	}
+	return strings.Join(s, ",")
+}
+
+func (l *regexpList) Set(v string) error {
+	var exprs stringList
+	_ = exprs.Set(v)
+	for _, expr := range exprs {
+		re, err := regexp.Compile(expr)
+		if err != nil {
+			return err
+		}
+		*l.dst = append(*l.dst, re)
+	}
+	return nil
 }
 
 func uniquePorts(ports ...int) []int {

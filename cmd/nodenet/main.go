@@ -1,5 +1,3 @@
-// Command nodenet is the multi-call binary of the nodenet suite: one
-// subcommand per component (apiserver, and the daemons as they land).
 package main
 
 import (

@@ -73,6 +73,9 @@ func startNodenet(t *testing.T, args ...string) *process {
 }
 
 func TestControllerManagerLeaderElection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: runs controller-manager processes; make test runs it")
+	}
 	s := testapi.Start(t)
 	ctx := testapi.Context(t)
 	kubeconfig := s.KubeconfigPath()

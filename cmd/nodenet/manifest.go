@@ -5,12 +5,12 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"net/netip"
 	"os"
 	"path/filepath"
 
 	"github.com/nodenet/nodenet/daemonset/manifest"
 	"github.com/nodenet/nodenet/internal/atomicfile"
+	"github.com/nodenet/nodenet/internal/cidrlist"
 )
 
 // runManifest is `nodenet manifest`: daemonset/nodenet.yaml for the given
@@ -18,25 +18,14 @@ import (
 func runManifest(_ context.Context, args []string) error {
 	fs := flag.NewFlagSet("manifest", flag.ContinueOnError)
 	o := manifest.Defaults()
-	var cidrs stringList
 	fs.StringVar(&o.ProxyMode, "proxy-mode", o.ProxyMode, "the proxy's data plane: iptables, nftables, ipvs or ebpf (ConfigMap key proxyMode)")
 	fs.StringVar(&o.Backend, "backend", o.Backend, "flanneld backend: host-gw or vxlan (net-conf.json Backend.Type)")
-	fs.Var(&cidrs, "cluster-cidr", "pod network(s), one per family, comma-separated (default 10.244.0.0/16)")
+	fs.Var(newCIDRsFlag(&o.ClusterCIDRs, cidrlist.DualStack), "cluster-cidr", "pod network(s), one per family, comma-separated")
 	fs.Var((*stringList)(&o.NodePortAddresses), "nodeport-addresses", `CIDRs whose local addresses accept NodePorts, or "primary"; default all`)
 	fs.StringVar(&o.Image, "image", o.Image, "the nodenet image (make image builds it)")
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "namespace of the DaemonSet, its ServiceAccount and ConfigMap")
 	if err := fs.Parse(args); err != nil {
 		return err
-	}
-	if len(cidrs) > 0 {
-		o.ClusterCIDRs = nil
-		for _, c := range cidrs {
-			p, err := netip.ParsePrefix(c)
-			if err != nil {
-				return fmt.Errorf("--cluster-cidr %q: %w", c, err)
-			}
-			o.ClusterCIDRs = append(o.ClusterCIDRs, p.Masked())
-		}
 	}
 	out, err := manifest.Render(o)
 	if err != nil {

@@ -13,6 +13,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/nodenet/nodenet/internal/cidrlist"
+	ipt "github.com/nodenet/nodenet/internal/iptables"
 	"github.com/nodenet/nodenet/proxy"
 	"github.com/nodenet/nodenet/proxy/app"
 	"github.com/nodenet/nodenet/proxy/iptables"
@@ -26,16 +28,15 @@ func runProxy(ctx context.Context, args []string) error {
 	var (
 		o                    app.Options
 		kubeconfig, hostname string
-		clusterCIDRs, npAddr stringList
 		cleanup              bool
 		logs                 logFlags
 	)
 	fs.StringVar(&o.Mode, "proxy-mode", "iptables", "data plane: iptables, nftables, ipvs or ebpf")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config)")
 	fs.StringVar(&hostname, "hostname-override", "", "this node's name (default $NODE_NAME, else the host name)")
-	fs.Var(&clusterCIDRs, "cluster-cidr", "pod CIDR(s) of the cluster, comma-separated per family; traffic to services from outside them is masqueraded")
+	fs.Var(newCIDRsFlag(&o.Core.ClusterCIDRs, cidrlist.DualStack), "cluster-cidr", "pod CIDR(s) of the cluster, comma-separated per family; traffic to services from outside them is masqueraded")
 	fs.BoolVar(&o.Core.MasqueradeAll, "masquerade-all", false, "masquerade all traffic to service IPs")
-	fs.Var(&npAddr, "nodeport-addresses", `CIDRs whose local addresses accept NodePorts, or "primary" (the node's IPs); default: all local addresses`)
+	fs.Var(&nodePortFlag{dst: &o.Core.NodePortAddresses}, "nodeport-addresses", `CIDRs whose local addresses accept NodePorts, or "primary" (the node's IPs); default: all local addresses`)
 	fs.DurationVar(&o.Core.MinSyncPeriod, "min-sync-period", time.Second, "minimum interval between syncs (a burst of 2 is allowed)")
 	fs.DurationVar(&o.Core.SyncPeriod, "sync-period", time.Hour, "interval of full resyncs (partial syncs between)")
 	fs.StringVar(&o.HealthzBindAddress, "healthz-bind-address", "0.0.0.0:10256", `/healthz and /livez address ("" = off)`)
@@ -53,22 +54,12 @@ func runProxy(ctx context.Context, args []string) error {
 		return err
 	}
 	o.Core.Logger = log
-	for _, s := range clusterCIDRs {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			return fmt.Errorf("--cluster-cidr %q: %w", s, err)
-		}
-		o.Core.ClusterCIDRs = append(o.Core.ClusterCIDRs, p.Masked())
-	}
 	o.Families = familiesOf(o.Core.ClusterCIDRs)
-	if o.Core.NodePortAddresses, err = proxy.ParseNodePortAddresses(npAddr); err != nil {
-		return fmt.Errorf("--nodeport-addresses: %w", err)
-	}
 	modes := proxyModes(log)
 	if cleanup {
 		return modes.CleanupAll(ctx, "", []proxy.Family{proxy.IPv4, proxy.IPv6}, log)
 	}
-	if err := modes.Check(o.Mode); err != nil {
+	if err := errors.Join(modes.Check(o.Mode), o.Validate()); err != nil {
 		return err
 	}
 	if o.Core.NodeName, err = nodeName(hostname); err != nil {
@@ -88,17 +79,17 @@ func proxyModes(log *slog.Logger) app.Modes {
 	return app.Modes{
 		"iptables": {
 			New: func(ctx context.Context, f proxy.Family) (proxy.DataPlane, error) {
-				v, err := iptables.Detect(ctx, nil, f)
+				r, err := ipt.Open(ctx, ipt.Direct, ipt.Family(f))
 				if err != nil {
 					return nil, err
 				}
-				log.Info("iptables backend", "family", f, "variant", v)
-				return iptables.New(f, iptables.ExecRunner{Family: f, Variant: v}, log), nil
+				log.Info("iptables backend", "family", f, "variant", r.Backend())
+				return iptables.New(f, r, log), nil
 			},
 			Cleanup: func(ctx context.Context, f proxy.Family) error {
 				var errs []error
-				for _, v := range []iptables.Variant{iptables.NFT, iptables.Legacy} {
-					if err := iptables.New(f, iptables.ExecRunner{Family: f, Variant: v}, log).Cleanup(ctx); err != nil {
+				for _, b := range []ipt.Backend{ipt.NFT, ipt.Legacy} {
+					if err := iptables.New(f, ipt.New(ipt.Direct, ipt.Family(f), b), log).Cleanup(ctx); err != nil {
 						errs = append(errs, err)
 					}
 				}
@@ -107,13 +98,50 @@ func proxyModes(log *slog.Logger) app.Modes {
 		},
 		"nftables": {
 			New: func(ctx context.Context, f proxy.Family) (proxy.DataPlane, error) {
-				return nftables.New(f, nftables.ExecRunner{}, log), nil
+				// The data plane, and so its runner's netlink socket,
+				// lives as long as the process.
+				return nftables.New(f, &nftables.ExecRunner{}, log), nil
 			},
 			Cleanup: func(ctx context.Context, f proxy.Family) error {
-				return nftables.New(f, nftables.ExecRunner{}, log).Cleanup(ctx)
+				r := &nftables.ExecRunner{}
+				defer r.Close()
+				return nftables.New(f, r, log).Cleanup(ctx)
 			},
 		},
 	}
+}
+
+// nodePortFlag is --nodeport-addresses: CIDRs (cidrlist.Any) and the word
+// "primary" (the node's IPs from its Node object), comma-separated and
+// repeatable, as kube-proxy takes them.
+type nodePortFlag struct{ dst *proxy.NodePortAddresses }
+
+func (f *nodePortFlag) String() string {
+	if f == nil || f.dst == nil {
+		return ""
+	}
+	s := cidrlist.Join(f.dst.CIDRs)
+	if f.dst.Primary {
+		s = strings.TrimPrefix(s+",primary", ",")
+	}
+	return s
+}
+
+func (f *nodePortFlag) Set(v string) error {
+	var cidrs []string
+	for s := range strings.SplitSeq(v, ",") {
+		if strings.EqualFold(strings.TrimSpace(s), "primary") {
+			f.dst.Primary = true
+			continue
+		}
+		cidrs = append(cidrs, s)
+	}
+	ps, err := cidrlist.Parse(cidrs, cidrlist.Any)
+	if err != nil {
+		return fmt.Errorf(`%w (want CIDRs or "primary")`, err)
+	}
+	f.dst.CIDRs = append(f.dst.CIDRs, ps...)
+	return nil
 }
 
 func familiesOf(cidrs []netip.Prefix) []proxy.Family {

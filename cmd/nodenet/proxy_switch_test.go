@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	ipt "github.com/nodenet/nodenet/internal/iptables"
 	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/internal/testapi"
 	"github.com/nodenet/nodenet/proxy"
@@ -17,6 +18,9 @@ import (
 // iptables ↔ nftables switch is tested here too: each mode must leave no
 // state of the other behind, and a ClusterIP keeps working across switches.
 func TestProxyModeSwitchIPTablesNFTables(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: switches proxy modes in the kernel; make test runs it")
+	}
 	nettest.RequirePrivileged(t)
 	nettest.RequireTool(t, "nft")
 	nettest.RequireTool(t, "iptables-restore")
@@ -24,7 +28,7 @@ func TestProxyModeSwitchIPTablesNFTables(t *testing.T) {
 	ipt := proxytest.Mode{
 		Name: "iptables",
 		New: func(t testing.TB, node *nettest.NS, f proxy.Family) proxy.DataPlane {
-			return iptables.New(f, iptables.ExecRunner{Prefix: in(node), Family: f, Variant: iptables.NFT}, testapi.Logger())
+			return iptables.New(f, ipt.New(ipt.Prefixed(in(node)...), ipt.Family(f), ipt.NFT), testapi.Logger())
 		},
 		Leftovers: func(t testing.TB, node *nettest.NS) string {
 			var left []string
@@ -45,7 +49,9 @@ func TestProxyModeSwitchIPTablesNFTables(t *testing.T) {
 	nft := proxytest.Mode{
 		Name: "nftables",
 		New: func(t testing.TB, node *nettest.NS, f proxy.Family) proxy.DataPlane {
-			return nftables.New(f, nftables.ExecRunner{Netns: node.Name()}, testapi.Logger())
+			r := &nftables.ExecRunner{Netns: node.Name()}
+			t.Cleanup(func() { r.Close() })
+			return nftables.New(f, r, testapi.Logger())
 		},
 		Leftovers: func(t testing.TB, node *nettest.NS) string {
 			out, err := exec.Command("ip", "netns", "exec", node.Name(), "nft", "list", "tables").CombinedOutput()

@@ -11,6 +11,7 @@ import (
 	"github.com/vishvananda/netlink"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodenet/nodenet/internal/cidrlist"
 	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/internal/testapi"
 	"github.com/nodenet/nodenet/routes"
@@ -84,7 +85,7 @@ func TestControllerProgramsVPCTable(t *testing.T) {
 	createNode(t, s.Client, testNode("a", []string{"10.244.1.0/24"}, "192.168.50.11"))
 	startController(t, s.Client, Options{
 		Table:           table,
-		ClusterCIDRs:    []string{"10.244.0.0/16", "fd00:244::/56"},
+		ClusterCIDRs:    cidrlist.MustParse("10.244.0.0/16,fd00:244::/56"),
 		ReconcilePeriod: 200 * time.Millisecond,
 	}, nil)
 	createNode(t, s.Client, testNode("b", []string{"10.244.2.0/24", "fd00:244:0:2::/64"}, "192.168.50.12", "fd00:50::12"))

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/nodenet/nodenet/internal/cidrlist"
 	"github.com/nodenet/nodenet/internal/testapi"
 	"github.com/nodenet/nodenet/routes"
 )
@@ -39,7 +40,7 @@ func TestControllerReportsFailures(t *testing.T) {
 	createNode(t, s.Client, testNode("b", []string{"10.244.2.0/24"}, "192.168.50.12"))
 
 	rec := record.NewFakeRecorder(100)
-	startController(t, s.Client, Options{Table: fake, ClusterCIDRs: []string{"10.244.0.0/16"}, ReconcilePeriod: time.Hour}, rec)
+	startController(t, s.Client, Options{Table: fake, ClusterCIDRs: cidrlist.MustParse("10.244.0.0/16"), ReconcilePeriod: time.Hour}, rec)
 
 	select {
 	case ev := <-rec.Events:

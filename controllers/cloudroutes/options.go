@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/nodenet/nodenet/internal/cidrlist"
 	"github.com/nodenet/nodenet/routes"
 )
 
@@ -18,10 +19,10 @@ type Options struct {
 	// Table is the routing table to manage, opened by the caller (it
 	// decides the namespace, table id and protocol).
 	Table routes.Table
-	// ClusterCIDRs (--cluster-cidr) bound what the controller manages:
-	// routes to destinations outside every one of them are never created
-	// or deleted.
-	ClusterCIDRs []string
+	// ClusterCIDRs (--cluster-cidr, cidrlist.DualStack) bound what the
+	// controller manages: routes to destinations outside every one of them
+	// are never created or deleted.
+	ClusterCIDRs []netip.Prefix
 	// ReconcilePeriod (--route-reconciliation-period) is how often the
 	// table is compared with the nodes even without a change, which is
 	// what repairs routes removed behind the controller's back. Zero means
@@ -36,6 +37,12 @@ type config struct {
 	period       time.Duration
 }
 
+// Validate reports what is wrong with o; New refuses the same.
+func (o Options) Validate() error {
+	_, err := o.validate()
+	return err
+}
+
 func (o Options) validate() (config, error) {
 	var errs []error
 	if o.Table == nil {
@@ -44,16 +51,10 @@ func (o Options) validate() (config, error) {
 	if len(o.ClusterCIDRs) == 0 {
 		errs = append(errs, errors.New("--cluster-cidr: at least one CIDR is required"))
 	}
-	cfg := config{table: o.Table, period: o.ReconcilePeriod}
-	for _, s := range o.ClusterCIDRs {
-		p, err := netip.ParsePrefix(s)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("--cluster-cidr %q: %w", s, err))
-			continue
-		}
-		// Host bits are tolerated, as kube-controller-manager does.
-		cfg.clusterCIDRs = append(cfg.clusterCIDRs, p.Masked())
+	if err := cidrlist.Check(o.ClusterCIDRs, cidrlist.DualStack); err != nil {
+		errs = append(errs, fmt.Errorf("--cluster-cidr: %w", err))
 	}
+	cfg := config{table: o.Table, clusterCIDRs: o.ClusterCIDRs, period: o.ReconcilePeriod}
 	switch {
 	case o.ReconcilePeriod == 0:
 		cfg.period = DefaultReconcilePeriod

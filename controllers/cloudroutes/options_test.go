@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodenet/nodenet/internal/cidrlist"
 	"github.com/nodenet/nodenet/routes"
 )
 
@@ -19,19 +20,21 @@ func TestOptionsValidate(t *testing.T) {
 		opts    Options
 		wantErr string // substring; "" means valid
 	}{
-		{name: "defaults", opts: Options{Table: fake, ClusterCIDRs: []string{"10.244.0.0/16"}}},
-		{name: "dual stack", opts: Options{Table: fake, ClusterCIDRs: []string{"10.244.0.0/16", "fd00:244::/56"}, ReconcilePeriod: time.Second}},
-		{name: "no table", opts: Options{ClusterCIDRs: []string{"10.244.0.0/16"}}, wantErr: "Options.Table"},
+		{name: "defaults", opts: Options{Table: fake, ClusterCIDRs: cidrlist.MustParse("10.244.0.0/16")}},
+		{name: "dual stack", opts: Options{Table: fake, ClusterCIDRs: cidrlist.MustParse("10.244.0.0/16,fd00:244::/56"), ReconcilePeriod: time.Second}},
+		{name: "no table", opts: Options{ClusterCIDRs: cidrlist.MustParse("10.244.0.0/16")}, wantErr: "Options.Table"},
 		{name: "no cluster CIDR", opts: Options{Table: fake}, wantErr: "--cluster-cidr"},
-		{name: "bad cluster CIDR", opts: Options{Table: fake, ClusterCIDRs: []string{"10.244.0.0"}}, wantErr: "--cluster-cidr \"10.244.0.0\""},
-		{name: "negative period", opts: Options{Table: fake, ClusterCIDRs: []string{"10.244.0.0/16"}, ReconcilePeriod: -time.Second}, wantErr: "--route-reconciliation-period"},
+		{name: "two IPv4 cluster CIDRs", opts: Options{Table: fake, ClusterCIDRs: cidrlist.MustParse("10.244.0.0/16,10.245.0.0/16")}, wantErr: "--cluster-cidr: 10.244.0.0/16 and 10.245.0.0/16 are of the same IP family"},
+		{name: "host bits", opts: Options{Table: fake, ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.1.1/16")}}, wantErr: "--cluster-cidr: 10.244.1.1/16 has host bits set"},
+		{name: "negative period", opts: Options{Table: fake, ClusterCIDRs: cidrlist.MustParse("10.244.0.0/16"), ReconcilePeriod: -time.Second}, wantErr: "--route-reconciliation-period"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := tc.opts.validate()
+			err := tc.opts.Validate()
 			if tc.wantErr == "" {
 				if err != nil {
 					t.Fatal(err)
 				}
+				cfg, _ := tc.opts.validate()
 				if cfg.period <= 0 {
 					t.Errorf("period %v", cfg.period)
 				}
@@ -42,14 +45,14 @@ func TestOptionsValidate(t *testing.T) {
 			}
 		})
 	}
-	cfg, _ := Options{Table: fake, ClusterCIDRs: []string{"10.244.1.1/16"}}.validate()
-	if cfg.period != DefaultReconcilePeriod || cfg.clusterCIDRs[0] != netip.MustParsePrefix("10.244.0.0/16") {
+	cfg, _ := Options{Table: fake, ClusterCIDRs: cidrlist.MustParse("10.244.0.0/16")}.validate()
+	if cfg.period != DefaultReconcilePeriod {
 		t.Errorf("normalised config: %+v", cfg)
 	}
 }
 
 func TestManaged(t *testing.T) {
-	cfg, err := Options{Table: &routes.Fake{}, ClusterCIDRs: []string{"10.244.0.0/16", "fd00:244::/56"}}.validate()
+	cfg, err := Options{Table: &routes.Fake{}, ClusterCIDRs: cidrlist.MustParse("10.244.0.0/16,fd00:244::/56")}.validate()
 	if err != nil {
 		t.Fatal(err)
 	}

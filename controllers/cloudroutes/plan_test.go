@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodenet/nodenet/internal/cidrlist"
 	"github.com/nodenet/nodenet/routes"
 )
 
@@ -31,7 +32,7 @@ func testNode(name string, podCIDRs []string, addrs ...string) *corev1.Node {
 }
 
 func TestPlanRoutes(t *testing.T) {
-	cfg, err := Options{Table: &routes.Fake{}, ClusterCIDRs: []string{"10.244.0.0/16", "fd00:244::/56"}}.validate()
+	cfg, err := Options{Table: &routes.Fake{}, ClusterCIDRs: cidrlist.MustParse("10.244.0.0/16,fd00:244::/56")}.validate()
 	if err != nil {
 		t.Fatal(err)
 	}

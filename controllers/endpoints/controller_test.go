@@ -18,19 +18,33 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/nodenet/nodenet/controllers/internal/queueprobe"
 	"github.com/nodenet/nodenet/internal/testapi"
 )
 
 const (
 	ns       = "default"
 	waitLong = 30 * time.Second
-	settle   = 750 * time.Millisecond
 )
 
-func run(t *testing.T, client kubernetes.Interface) (stop func()) {
-	return testapi.RunController(t, client, ControllerName, 2, func(f informers.SharedInformerFactory, r record.EventRecorder) (testapi.Runner, error) {
-		return New(client, f, r, testapi.Logger())
+// running is one controller instance; q tells when it has handled a
+// Service's key (see queueprobe), for the checks that nothing was written.
+type running struct {
+	stop func()
+	q    *queueprobe.Queue
+}
+
+func run(t *testing.T, client kubernetes.Interface) running {
+	var r running
+	r.stop = testapi.RunController(t, client, ControllerName, 2, func(f informers.SharedInformerFactory, rec record.EventRecorder) (testapi.Runner, error) {
+		c, err := New(client, f, rec, testapi.Logger())
+		if err == nil {
+			r.q = queueprobe.Wrap(c.queue)
+			c.queue = r.q
+		}
+		return c, err
 	})
+	return r
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -125,7 +139,7 @@ func ips(a []corev1.EndpointAddress) []string {
 func TestMirrorsEndpointSlices(t *testing.T) {
 	s := testapi.Start(t)
 	c := s.Client
-	run(t, c)
+	ctl := run(t, c)
 	svc := mustCreate(t, "service", c.CoreV1().Services(ns).Create, service("web", map[string]string{"app": "web"}))
 
 	// A Service without slices yet has Endpoints without subsets.
@@ -167,10 +181,11 @@ func TestMirrorsEndpointSlices(t *testing.T) {
 	// controller restart, writes nothing.
 	rv := got.ResourceVersion
 	svc.Annotations = map[string]string{"touched": "yes"}
+	mark := ctl.q.Mark()
 	if _, err := c.CoreV1().Services(ns).Update(testapi.Context(t), svc, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(settle)
+	ctl.q.Wait(t, ns+"/web", mark, nil)
 	if e, _ := c.CoreV1().Endpoints(ns).Get(testapi.Context(t), "web", metav1.GetOptions{}); e.ResourceVersion != rv {
 		t.Errorf("an unrelated Service update rewrote the Endpoints (rv %s -> %s)", rv, e.ResourceVersion)
 	}
@@ -199,13 +214,13 @@ func TestMirrorsEndpointSlices(t *testing.T) {
 func TestRestartWritesNothing(t *testing.T) {
 	s := testapi.Start(t)
 	c := s.Client
-	stop := run(t, c)
+	first := run(t, c)
 	mustCreate(t, "service", c.CoreV1().Services(ns).Create, service("web", map[string]string{"app": "web"}))
 	mustCreate(t, "slice", c.DiscoveryV1().EndpointSlices(ns).Create, slice("web", "web-a", discoveryv1.AddressTypeIPv4, 8080, time.Now(), ep{ip: "10.244.1.5", ready: true}))
 	got := waitEndpoints(t, c, "web", "mirrored", func(e *corev1.Endpoints) bool { return e != nil && len(e.Subsets) == 1 })
-	stop()
-	run(t, c)
-	time.Sleep(2 * settle)
+	first.stop()
+	// The new instance queues every Service as its informers list them.
+	run(t, c).q.Wait(t, ns+"/web", 0, nil)
 	if e, _ := c.CoreV1().Endpoints(ns).Get(testapi.Context(t), "web", metav1.GetOptions{}); e.ResourceVersion != got.ResourceVersion {
 		t.Errorf("restarted controller rewrote converged Endpoints (rv %s -> %s)", got.ResourceVersion, e.ResourceVersion)
 	}
@@ -250,7 +265,7 @@ func TestOverCapacity(t *testing.T) {
 func TestWhoseEndpoints(t *testing.T) {
 	s := testapi.Start(t)
 	c := s.Client
-	run(t, c)
+	ctl := run(t, c)
 	h := service("headless", map[string]string{"app": "h"})
 	h.Spec.ClusterIP = corev1.ClusterIPNone
 	mustCreate(t, "service", c.CoreV1().Services(ns).Create, h)
@@ -265,6 +280,7 @@ func TestWhoseEndpoints(t *testing.T) {
 	manual := mustCreate(t, "service", c.CoreV1().Services(ns).Create, service("manual", nil))
 	mine := &corev1.Endpoints{ObjectMeta: metav1.ObjectMeta{Name: "manual", Namespace: ns},
 		Subsets: []corev1.EndpointSubset{{Addresses: []corev1.EndpointAddress{{IP: "192.0.2.10"}}, Ports: []corev1.EndpointPort{{Port: 80}}}}}
+	mark := ctl.q.Mark() // the user's Endpoints queue their Service
 	mine = mustCreate(t, "endpoints", c.CoreV1().Endpoints(ns).Create, mine)
 
 	sel := mustCreate(t, "service", c.CoreV1().Services(ns).Create, service("sel", map[string]string{"app": "sel"}))
@@ -275,7 +291,7 @@ func TestWhoseEndpoints(t *testing.T) {
 	}
 	waitEndpoints(t, c, "sel", "endpoints gone with the selector", func(e *corev1.Endpoints) bool { return e == nil })
 
-	time.Sleep(settle)
+	ctl.q.Wait(t, ns+"/manual", mark, nil)
 	if e, err := c.CoreV1().Endpoints(ns).Get(testapi.Context(t), "manual", metav1.GetOptions{}); err != nil || e.ResourceVersion != mine.ResourceVersion {
 		t.Errorf("user's Endpoints of a selector-less Service touched: %v %v", e, err)
 	}

@@ -54,6 +54,12 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
+// Validate reports what is wrong with o (zero values meaning defaults); New
+// refuses the same.
+func (o Options) Validate() error {
+	return o.withDefaults().validate()
+}
+
 func (o Options) validate() error {
 	if n := o.MaxEndpointsPerSlice; n < 1 || n > MaxEndpointsPerSliceLimit {
 		return fmt.Errorf("--max-endpoints-per-slice must be between 1 and %d, got %d", MaxEndpointsPerSliceLimit, n)

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/informers"
 
 	"github.com/nodenet/nodenet/apiserver"
+	"github.com/nodenet/nodenet/internal/cidrlist"
 	"github.com/nodenet/nodenet/internal/testapi"
 )
 
@@ -20,6 +21,9 @@ func TestNewValidatesOptions(t *testing.T) {
 	s := testapi.Start(t)
 	factory := informers.NewSharedInformerFactory(s.Client, 0)
 	for _, n := range []int{-1, 1001} {
+		if err := (Options{MaxEndpointsPerSlice: n}).Validate(); err == nil || !strings.Contains(err.Error(), "--max-endpoints-per-slice") {
+			t.Errorf("MaxEndpointsPerSlice=%d: Validate err %v, want one naming --max-endpoints-per-slice", n, err)
+		}
 		_, err := New(s.Client, factory, Options{MaxEndpointsPerSlice: n}, nil, nil)
 		if err == nil || !strings.Contains(err.Error(), "--max-endpoints-per-slice") {
 			t.Errorf("MaxEndpointsPerSlice=%d: err %v, want one naming --max-endpoints-per-slice", n, err)
@@ -43,12 +47,21 @@ func TestNewValidatesOptions(t *testing.T) {
 func TestPodLifecycle(t *testing.T) {
 	s := testapi.Start(t)
 	cl := s.Client
-	startController(t, cl, Options{})
+	ctl := startController(t, cl, Options{})
 	createNode(t, cl, "node-a", "zone-1")
 	svc := createService(t, cl, selectorService("web", "web", intstr.FromInt32(8080)))
+	createService(t, cl, selectorService("barrier", "barrier", intstr.FromInt32(8080)))
+	ctl.idle(t, testNS+"/web")
+	ctl.idle(t, testNS+"/barrier")
 
+	// A pod without an IP queues nothing, so there is no sync of web to
+	// wait for. A pod informer delivers events in order: once the barrier
+	// pod created after it has been handled, so has web-1.
+	mark := ctl.q.Mark()
 	createPod(t, cl, podSpec{name: "web-1", app: "web", node: "node-a"})
-	time.Sleep(settle)
+	createPod(t, cl, podSpec{name: "barrier-1", app: "barrier", node: "node-a", ips: []string{"10.244.1.99"}})
+	ctl.handled(t, testNS+"/barrier", mark)
+	ctl.idle(t, testNS+"/web")
 	if ss := listSlices(t, cl, "web"); len(ss) != 0 {
 		t.Fatalf("pod without IP got listed:\n%s", dumpSlices(ss))
 	}
@@ -228,16 +241,17 @@ func TestSplitChurnAndRestart(t *testing.T) {
 			t.Errorf("slice %s has %d endpoints, max 100", sl.Name, len(sl.Endpoints))
 		}
 	}
-	time.Sleep(settle)
+	ctl.idle(t, testNS+"/big")
 	before := resourceVersions(listSlices(t, cl, "big"))
 
 	// One readiness flip: one slice.
+	mark := ctl.q.Mark()
 	setReady(t, cl, "big-123", false)
 	ss = waitSlices(t, cl, "big", "big-123 unready", func(ss []discoveryv1.EndpointSlice) bool {
 		ep, ok := endpointsByPod(t, ss)["big-123"]
 		return ok && !deref(ep.Conditions.Ready)
 	})
-	time.Sleep(settle)
+	ctl.handled(t, testNS+"/big", mark)
 	after := resourceVersions(listSlices(t, cl, "big"))
 	if ch := changedSlices(before, after); len(ch) != 1 {
 		t.Fatalf("readiness flip changed slices %v, want exactly one:\n%s", ch, dumpSlices(ss))
@@ -245,9 +259,10 @@ func TestSplitChurnAndRestart(t *testing.T) {
 
 	// One new pod: one slice (the one with room), no new slice.
 	before = after
+	mark = ctl.q.Mark()
 	createPod(t, cl, podSpec{name: "big-new", app: "big", node: "node-a", ips: []string{podIP(n)}, ready: true})
 	ss = waitSlices(t, cl, "big", "big-new listed", func(ss []discoveryv1.EndpointSlice) bool { return totalEndpoints(ss) == n+1 })
-	time.Sleep(settle)
+	ctl.handled(t, testNS+"/big", mark)
 	after = resourceVersions(listSlices(t, cl, "big"))
 	if ch := changedSlices(before, after); len(ch) != 1 || len(after) != 3 {
 		t.Fatalf("new pod changed slices %v (now %d slices), want one of 3:\n%s", ch, len(after), dumpSlices(ss))
@@ -255,9 +270,10 @@ func TestSplitChurnAndRestart(t *testing.T) {
 
 	// One pod gone: one slice.
 	before = after
+	mark = ctl.q.Mark()
 	deletePod(t, cl, "big-007", ptr[int64](0))
 	ss = waitSlices(t, cl, "big", "big-007 gone", func(ss []discoveryv1.EndpointSlice) bool { return totalEndpoints(ss) == n })
-	time.Sleep(settle)
+	ctl.handled(t, testNS+"/big", mark)
 	after = resourceVersions(listSlices(t, cl, "big"))
 	if ch := changedSlices(before, after); len(ch) != 1 {
 		t.Fatalf("pod deletion changed slices %v, want exactly one:\n%s", ch, dumpSlices(ss))
@@ -273,15 +289,13 @@ func TestSplitChurnAndRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Restart: a new instance with the same state writes nothing. A marker
-	// Service created after the restart shows the new instance is working
-	// through its queue.
+	// Restart: a new instance with the same state writes nothing. It queues
+	// every Service when its informers list them; once it has handled big,
+	// any rewrite would have happened.
 	before = after
 	ctl.stop()
-	startController(t, cl, Options{})
-	createService(t, cl, selectorService("marker", "big", intstr.FromInt32(8080)))
-	waitSlices(t, cl, "marker", "marker slices", func(ss []discoveryv1.EndpointSlice) bool { return totalEndpoints(ss) == n })
-	time.Sleep(settle)
+	ctl = startController(t, cl, Options{})
+	ctl.idle(t, testNS+"/big")
 	if ch := changedSlices(before, resourceVersions(listSlices(t, cl, "big"))); len(ch) != 0 {
 		t.Fatalf("restarted controller rewrote slices %v", ch)
 	}
@@ -387,9 +401,10 @@ func TestForeignSlicesUntouched(t *testing.T) {
 		rvs = append(rvs, out.ResourceVersion)
 	}
 
-	startController(t, cl, Options{})
+	ctl := startController(t, cl, Options{})
 	waitSlices(t, cl, "web", "web's own slice", func(ss []discoveryv1.EndpointSlice) bool { return totalEndpoints(ss) == 1 })
-	time.Sleep(settle)
+	ctl.idle(t, testNS+"/external")
+	ctl.idle(t, testNS+"/web")
 	if ss := listSlices(t, cl, "external"); len(ss) != 0 {
 		t.Errorf("selector-less Service got managed slices:\n%s", dumpSlices(ss))
 	}
@@ -508,7 +523,7 @@ func TestDriftRepaired(t *testing.T) {
 // family.
 func TestDualStack(t *testing.T) {
 	s := testapi.Start(t, func(c *apiserver.Config) {
-		c.ServiceClusterIPRanges = []string{"10.96.0.0/16", "fd00:10:96::/112"}
+		c.ServiceClusterIPRanges = cidrlist.MustParse("10.96.0.0/16", "fd00:10:96::/112")
 	})
 	cl := s.Client
 	startController(t, cl, Options{})

@@ -18,13 +18,13 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/nodenet/nodenet/controllers/internal/queueprobe"
 	"github.com/nodenet/nodenet/internal/testapi"
 )
 
 // Timeouts are generous: CI runs these on two loaded cores.
 const (
 	waitLong  = 30 * time.Second
-	settle    = 750 * time.Millisecond
 	testNS    = "default"
 	testImage = "registry.example/app:1"
 )
@@ -32,6 +32,7 @@ const (
 // running is one controller instance with its own informer factory.
 type running struct {
 	c    *Controller
+	q    *queueprobe.Queue
 	stop func()
 }
 
@@ -46,6 +47,9 @@ func startController(t *testing.T, client kubernetes.Interface, opts Options) *r
 		cancel()
 		t.Fatalf("new controller: %v", err)
 	}
+	// Before the informers start, so every handler call goes through it.
+	q := queueprobe.Wrap(c.queue)
+	c.queue = q
 	factory.Start(ctx.Done())
 	done := make(chan struct{})
 	go func() {
@@ -65,7 +69,7 @@ func startController(t *testing.T, client kubernetes.Interface, opts Options) *r
 		})
 	}
 	t.Cleanup(stop)
-	return &running{c: c, stop: stop}
+	return &running{c: c, q: q, stop: stop}
 }
 
 func ctxT(t *testing.T) context.Context { return testapi.Context(t) }

@@ -34,9 +34,10 @@ const DefaultReconcilePeriod = 10 * time.Second
 type Options struct {
 	// Table is the VPC router's routing table, opened by the caller.
 	Table routes.Table
-	// Pools (--lb-ip-pool) bound what the controller manages: only host
-	// routes to addresses inside them are created or deleted.
-	Pools []string
+	// Pools (--lb-ip-pool, as loadbalancer.Options.Pools) bound what the
+	// controller manages: only host routes to addresses inside them are
+	// created or deleted.
+	Pools []netip.Prefix
 	// ReconcilePeriod; zero means DefaultReconcilePeriod.
 	ReconcilePeriod time.Duration
 }
@@ -61,22 +62,33 @@ type Controller struct {
 	unserved map[string]string
 }
 
+// Validate reports what is wrong with o; New refuses the same.
+func (o Options) Validate() error {
+	var errs []error
+	if err := loadbalancer.ValidatePools(o.Pools); err != nil {
+		errs = append(errs, err)
+	}
+	if o.Table == nil {
+		errs = append(errs, errors.New("no route table given"))
+	}
+	if o.ReconcilePeriod < 0 {
+		errs = append(errs, fmt.Errorf("reconcile period %v: must be positive", o.ReconcilePeriod))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("load-balancer routes: %w", err)
+	}
+	return nil
+}
+
 // New validates opts and registers the informer handlers on factory; start
 // the factory afterwards.
 func New(factory informers.SharedInformerFactory, opts Options, recorder record.EventRecorder, log *slog.Logger) (*Controller, error) {
-	pools, err := loadbalancer.ParsePools(opts.Pools)
-	if err != nil {
-		return nil, fmt.Errorf("load-balancer routes: %w", err)
-	}
-	if opts.Table == nil {
-		return nil, errors.New("load-balancer routes: no route table given")
-	}
-	if opts.ReconcilePeriod < 0 {
-		return nil, fmt.Errorf("load-balancer routes: reconcile period %v: must be positive", opts.ReconcilePeriod)
+	if err := opts.Validate(); err != nil {
+		return nil, err
 	}
 	c := &Controller{
 		table:    opts.Table,
-		pools:    pools,
+		pools:    opts.Pools,
 		period:   cmp.Or(opts.ReconcilePeriod, DefaultReconcilePeriod),
 		queue:    ctrlutil.NewQueue("lbroutes"),
 		recorder: ctrlutil.Recorder(recorder),

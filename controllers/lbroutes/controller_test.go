@@ -1,6 +1,7 @@
 package lbroutes
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -92,7 +93,7 @@ func TestRoutesFollowServicesAndNodes(t *testing.T) {
 	mustOK(t, tab.Add(t.Context(), routes.Route{Dst: pfx("172.30.0.230/32"), Gw: addr("172.30.0.11")}))
 	rec := record.NewFakeRecorder(100)
 	testapi.RunController(t, c, "nodenet-lbroutes", 1, func(f informers.SharedInformerFactory, _ record.EventRecorder) (testapi.Runner, error) {
-		return New(f, Options{Table: tab, Pools: []string{pool}, ReconcilePeriod: 200 * time.Millisecond}, rec, testapi.Logger())
+		return New(f, Options{Table: tab, Pools: []netip.Prefix{pfx(pool)}, ReconcilePeriod: 200 * time.Millisecond}, rec, testapi.Logger())
 	})
 
 	lbService(t, c, "web", "172.30.0.225", false)
@@ -169,7 +170,8 @@ func endpointOn(t *testing.T, c kubernetes.Interface, svc, node string) {
 	}
 }
 
-func TestNewRefusesBadOptions(t *testing.T) {
+// TestOptionsValidate: New refuses what Validate refuses.
+func TestOptionsValidate(t *testing.T) {
 	tab, _ := routes.NewFake(0, routes.ProtocolNodenet)
 	f := informers.NewSharedInformerFactory(nil, 0)
 	for _, c := range []struct {
@@ -177,12 +179,16 @@ func TestNewRefusesBadOptions(t *testing.T) {
 		want string
 	}{
 		{Options{Table: tab}, "--lb-ip-pool: at least one CIDR"},
-		{Options{Table: tab, Pools: []string{"172.30.0.225/28"}}, "host bits set"},
-		{Options{Pools: []string{pool}}, "no route table"},
-		{Options{Table: tab, Pools: []string{pool}, ReconcilePeriod: -time.Second}, "must be positive"},
+		{Options{Table: tab, Pools: []netip.Prefix{pfx("172.30.0.225/28")}}, "host bits set"},
+		{Options{Pools: []netip.Prefix{pfx(pool)}}, "no route table"},
+		{Options{Table: tab, Pools: []netip.Prefix{pfx(pool)}, ReconcilePeriod: -time.Second}, "must be positive"},
 	} {
-		if _, err := New(f, c.o, nil, nil); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("New(%+v) = %v, want an error containing %q", c.o, err, c.want)
+		err := c.o.Validate()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Validate(%+v) = %v, want an error containing %q", c.o, err, c.want)
+		}
+		if _, nerr := New(f, c.o, nil, nil); fmt.Sprint(nerr) != fmt.Sprint(err) {
+			t.Errorf("New(%+v) = %v, want Validate's %v", c.o, nerr, err)
 		}
 	}
 }

@@ -48,8 +48,7 @@ type Controller struct {
 // New builds the controller and registers its informer handlers; the caller
 // starts factory afterwards.
 func New(client kubernetes.Interface, factory informers.SharedInformerFactory, opts Options, recorder record.EventRecorder, log *slog.Logger) (*Controller, error) {
-	pools, err := ParsePools(opts.Pools)
-	if err != nil {
+	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
 	inf := factory.Core().V1().Services()
@@ -60,10 +59,10 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, o
 		queue:    ctrlutil.NewQueue("loadbalancer"),
 		recorder: ctrlutil.Recorder(recorder),
 		log:      cmp.Or(log, slog.Default()),
-		alloc:    newAllocator(pools),
+		alloc:    newAllocator(opts.Pools),
 		waiting:  map[string]bool{},
 	}
-	_, err = inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	_, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueue,
 		UpdateFunc: func(_, obj any) { c.enqueue(obj) },
 		DeleteFunc: c.enqueue,

@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodenet/nodenet/apiserver"
+	"github.com/nodenet/nodenet/internal/cidrlist"
 	"github.com/nodenet/nodenet/internal/testapi"
 )
 
@@ -185,7 +186,7 @@ func TestRestartKeepsAssignments(t *testing.T) {
 
 func TestDualStackPools(t *testing.T) {
 	s := testapi.Start(t, func(c *apiserver.Config) {
-		c.ServiceClusterIPRanges = []string{"10.96.0.0/16", "fd00:96::/112"}
+		c.ServiceClusterIPRanges = cidrlist.MustParse("10.96.0.0/16", "fd00:96::/112")
 	})
 	startController(t, s.Client, "192.0.2.0/29", "2001:db8:1::/120")
 
@@ -215,7 +216,7 @@ func TestDualStackPools(t *testing.T) {
 
 func TestNoPoolForFamily(t *testing.T) {
 	s := testapi.Start(t, func(c *apiserver.Config) {
-		c.ServiceClusterIPRanges = []string{"10.96.0.0/16", "fd00:96::/112"}
+		c.ServiceClusterIPRanges = cidrlist.MustParse("10.96.0.0/16", "fd00:96::/112")
 	})
 	startController(t, s.Client, "192.0.2.0/29")
 	createLB(t, s.Client, "v6", ipv6Only)

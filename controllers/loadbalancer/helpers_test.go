@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/nodenet/nodenet/internal/cidrlist"
 	"github.com/nodenet/nodenet/internal/testapi"
 )
 
@@ -23,7 +24,7 @@ const timeout = 20 * time.Second
 func startController(t *testing.T, client kubernetes.Interface, pools ...string) (stop func()) {
 	t.Helper()
 	return testapi.RunController(t, client, "nodenet-loadbalancer", 2, func(f informers.SharedInformerFactory, r record.EventRecorder) (testapi.Runner, error) {
-		return New(client, f, Options{Pools: pools}, r, testapi.Logger())
+		return New(client, f, Options{Pools: cidrlist.MustParse(pools...)}, r, testapi.Logger())
 	})
 }
 

@@ -1,6 +1,7 @@
 package loadbalancer
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -10,28 +11,33 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 )
 
-func TestNewRejectsBadPools(t *testing.T) {
+// TestOptionsValidate: typed pools must be non-empty, canonical and
+// disjoint; New refuses what Validate refuses. (Parsing the flag's text is
+// cidrlist's and cmd/nodenet's job.)
+func TestOptionsValidate(t *testing.T) {
+	p := netip.MustParsePrefix
 	for _, tc := range []struct {
-		pools []string
+		pools []netip.Prefix
 		want  string
 	}{
 		{nil, "at least one"},
-		{[]string{" "}, "at least one"},
-		{[]string{"192.0.2.0"}, "--lb-ip-pool"},
-		{[]string{"192.0.2.0/33"}, "--lb-ip-pool"},
-		{[]string{"192.0.2.1/24"}, "host bits"},
-		{[]string{"192.0.2.0/24", "192.0.2.128/25"}, "overlaps"},
-		{[]string{"2001:db8::/64", "2001:db8::/48"}, "overlaps"},
-		{[]string{"::ffff:192.0.2.0/120"}, "IPv4-mapped"},
+		{[]netip.Prefix{{}}, "not a valid CIDR"},
+		{[]netip.Prefix{p("192.0.2.1/24")}, "host bits"},
+		{[]netip.Prefix{p("192.0.2.0/24"), p("192.0.2.128/25")}, "overlaps"},
+		{[]netip.Prefix{p("2001:db8::/64"), p("2001:db8::/48")}, "overlaps"},
+		{[]netip.Prefix{p("::ffff:192.0.2.0/120")}, "IPv4-mapped"},
 	} {
-		client := fake.NewClientset()
-		_, err := New(client, informers.NewSharedInformerFactory(client, 0), Options{Pools: tc.pools}, nil, nil)
+		err := Options{Pools: tc.pools}.Validate()
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "--lb-ip-pool") {
-			t.Errorf("pools %q: err %v, want one naming --lb-ip-pool and containing %q", tc.pools, err, tc.want)
+			t.Errorf("pools %v: err %v, want one naming --lb-ip-pool and containing %q", tc.pools, err, tc.want)
+		}
+		client := fake.NewClientset()
+		if _, nerr := New(client, informers.NewSharedInformerFactory(client, 0), Options{Pools: tc.pools}, nil, nil); fmt.Sprint(nerr) != fmt.Sprint(err) {
+			t.Errorf("pools %v: New err %v, want Validate's %v", tc.pools, nerr, err)
 		}
 	}
 	client := fake.NewClientset()
-	if _, err := New(client, informers.NewSharedInformerFactory(client, 0), Options{Pools: []string{" 192.0.2.0/24", "2001:db8::/64 "}}, nil, nil); err != nil {
+	if _, err := New(client, informers.NewSharedInformerFactory(client, 0), Options{Pools: []netip.Prefix{p("192.0.2.0/24"), p("2001:db8::/64")}}, nil, nil); err != nil {
 		t.Errorf("valid dual-stack pools refused: %v", err)
 	}
 }

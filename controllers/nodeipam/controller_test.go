@@ -15,10 +15,11 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/nodenet/nodenet/internal/cidrlist"
 	"github.com/nodenet/nodenet/internal/testapi"
 )
 
-var v4 = Options{ClusterCIDRs: []string{"10.244.0.0/16"}}
+var v4 = Options{ClusterCIDRs: cidrlist.MustParse("10.244.0.0/16")}
 
 func TestConcurrentNodesGetDistinctCIDRs(t *testing.T) {
 	s := testapi.Start(t)
@@ -68,7 +69,7 @@ func TestRestartMidwayKeepsCIDRsDistinct(t *testing.T) {
 func TestRefusedWriteAdoptsAndFreesChoice(t *testing.T) {
 	s := testapi.Start(t)
 	ctx := testapi.Context(t)
-	opts := Options{ClusterCIDRs: []string{"10.244.0.0/23"}} // two subnets
+	opts := Options{ClusterCIDRs: cidrlist.MustParse("10.244.0.0/23")} // two subnets
 	createNodes(t, s.Client, []string{"a"}, 1)
 	var raced atomic.Bool
 	r := startController(t, s, opts, func(req *http.Request) {
@@ -104,7 +105,7 @@ func TestRefusedWriteAdoptsAndFreesChoice(t *testing.T) {
 func TestDeletedNodesCIDRsAreReused(t *testing.T) {
 	s := testapi.Start(t)
 	cluster := "10.244.0.0/22" // four /24s: every new node needs a freed one
-	startController(t, s, Options{ClusterCIDRs: []string{cluster}}, nil)
+	startController(t, s, Options{ClusterCIDRs: cidrlist.MustParse(cluster)}, nil)
 	live := names(0, 4)
 	createNodes(t, s.Client, live, 4)
 	got := waitAssigned(t, s.Client, live)
@@ -140,7 +141,7 @@ func TestDualStack(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := testapi.Start(t)
-			startController(t, s, Options{ClusterCIDRs: []string{strings.Join(tc.clusters, ",")}}, nil)
+			startController(t, s, Options{ClusterCIDRs: cidrlist.MustParse(tc.clusters...)}, nil)
 			all := names(0, 20)
 			createNodes(t, s.Client, all, 8)
 			checkDistinct(t, waitAssigned(t, s.Client, all), tc.clusters, tc.masks)
@@ -151,7 +152,7 @@ func TestDualStack(t *testing.T) {
 func TestExhaustionWaitsForARelease(t *testing.T) {
 	s := testapi.Start(t)
 	ctx := testapi.Context(t)
-	startController(t, s, Options{ClusterCIDRs: []string{"10.244.0.0/23"}}, nil)
+	startController(t, s, Options{ClusterCIDRs: cidrlist.MustParse("10.244.0.0/23")}, nil)
 	createNodes(t, s.Client, []string{"a", "b"}, 2)
 	got := waitAssigned(t, s.Client, []string{"a", "b"})
 	createNodes(t, s.Client, []string{"c"}, 1)
@@ -196,7 +197,7 @@ func TestExistingNodesAreOccupiedFirst(t *testing.T) {
 	}
 	// 10.244.0.0/22 has four /24s; three are taken, so exactly one of the
 	// new nodes fits, and it must get 10.244.2.0/24.
-	startController(t, s, Options{ClusterCIDRs: []string{"10.244.0.0/22"}}, nil)
+	startController(t, s, Options{ClusterCIDRs: cidrlist.MustParse("10.244.0.0/22")}, nil)
 	createNodes(t, s.Client, []string{"new-0", "new-1"}, 2)
 	testapi.Eventually(t, waitLong, "one new node assigned, one reported", func() bool {
 		got := assigned(t, s.Client)
@@ -216,46 +217,52 @@ func TestExistingNodesAreOccupiedFirst(t *testing.T) {
 	}
 }
 
-func TestNewRefusesBadOptions(t *testing.T) {
+// TestOptionsValidate: Validate (which the controller manager calls before
+// leader election) and New refuse the same options with the same error.
+func TestOptionsValidate(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		opts Options
 		want string
 	}{
 		{"no CIDR", Options{}, "--cluster-cidr: required"},
-		{"malformed", Options{ClusterCIDRs: []string{"10.244.0.0"}}, "--cluster-cidr"},
-		{"empty element", Options{ClusterCIDRs: []string{"10.244.0.0/16,"}}, "--cluster-cidr"},
-		{"two IPv4", Options{ClusterCIDRs: []string{"10.244.0.0/16", "10.245.0.0/16"}}, "same IP family"},
-		{"overlap", Options{ClusterCIDRs: []string{"10.244.0.0/16,10.244.8.0/24"}}, "overlap"},
-		{"three", Options{ClusterCIDRs: []string{"10.244.0.0/16,fd00::/48,10.1.0.0/16"}}, "at most two"},
-		{"4in6", Options{ClusterCIDRs: []string{"::ffff:10.0.0.0/104"}}, "IPv4-mapped"},
-		{"v4 mask equal to prefix", Options{ClusterCIDRs: []string{"10.244.0.0/24"}}, "--node-cidr-mask-size-ipv4"},
-		{"v4 mask shorter", Options{ClusterCIDRs: []string{"10.244.0.0/16"}, NodeCIDRMaskSizeIPv4: 8}, "--node-cidr-mask-size-ipv4"},
-		{"v4 mask too long", Options{ClusterCIDRs: []string{"10.244.0.0/16"}, NodeCIDRMaskSizeIPv4: 33}, "--node-cidr-mask-size-ipv4"},
-		{"v6 mask shorter", Options{ClusterCIDRs: []string{"fd00::/64"}}, "--node-cidr-mask-size-ipv6"},
-		{"v6 too many subnets", Options{ClusterCIDRs: []string{"fd00::/32"}}, "--node-cidr-mask-size-ipv6"},
-		{"negative", Options{ClusterCIDRs: []string{"10.244.0.0/16"}, NodeCIDRMaskSizeIPv4: -1}, "negative"},
-		{"single-stack flag with dual-stack", Options{ClusterCIDRs: []string{"10.244.0.0/16", "fd00::/48"}, NodeCIDRMaskSize: 24}, "--node-cidr-mask-size: only for a single-stack"},
-		{"single-stack flag too short", Options{ClusterCIDRs: []string{"fd00::/48"}, NodeCIDRMaskSize: 40}, "--node-cidr-mask-size:"},
-		{"single-stack flag conflicts", Options{ClusterCIDRs: []string{"10.244.0.0/16"}, NodeCIDRMaskSize: 24, NodeCIDRMaskSizeIPv4: 26}, "conflicts"},
+		{"two IPv4", Options{ClusterCIDRs: cidrlist.MustParse("10.244.0.0/16,10.245.0.0/16")}, "same IP family"},
+		{"overlapping", Options{ClusterCIDRs: cidrlist.MustParse("10.244.0.0/16,10.244.8.0/24")}, "same IP family"},
+		{"three", Options{ClusterCIDRs: cidrlist.MustParse("10.244.0.0/16,fd00::/48,10.1.0.0/16")}, "at most two"},
+		{"4in6", Options{ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("::ffff:10.0.0.0/104")}}, "IPv4-mapped"},
+		{"host bits", Options{ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/16")}}, "did you mean 10.244.0.0/16"},
+		{"v4 mask equal to prefix", Options{ClusterCIDRs: cidrlist.MustParse("10.244.0.0/24")}, "--node-cidr-mask-size-ipv4"},
+		{"v4 mask shorter", Options{ClusterCIDRs: cidrlist.MustParse("10.244.0.0/16"), NodeCIDRMaskSizeIPv4: 8}, "--node-cidr-mask-size-ipv4"},
+		{"v4 mask too long", Options{ClusterCIDRs: cidrlist.MustParse("10.244.0.0/16"), NodeCIDRMaskSizeIPv4: 33}, "--node-cidr-mask-size-ipv4"},
+		{"v6 mask shorter", Options{ClusterCIDRs: cidrlist.MustParse("fd00::/64")}, "--node-cidr-mask-size-ipv6"},
+		{"v6 too many subnets", Options{ClusterCIDRs: cidrlist.MustParse("fd00::/32")}, "--node-cidr-mask-size-ipv6"},
+		{"negative", Options{ClusterCIDRs: cidrlist.MustParse("10.244.0.0/16"), NodeCIDRMaskSizeIPv4: -1}, "negative"},
+		{"single-stack flag with dual-stack", Options{ClusterCIDRs: cidrlist.MustParse("10.244.0.0/16,fd00::/48"), NodeCIDRMaskSize: 24}, "--node-cidr-mask-size: only for a single-stack"},
+		{"single-stack flag too short", Options{ClusterCIDRs: cidrlist.MustParse("fd00::/48"), NodeCIDRMaskSize: 40}, "--node-cidr-mask-size:"},
+		{"single-stack flag conflicts", Options{ClusterCIDRs: cidrlist.MustParse("10.244.0.0/16"), NodeCIDRMaskSize: 24, NodeCIDRMaskSizeIPv4: 26}, "conflicts"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			factory := informers.NewSharedInformerFactory(fake.NewClientset(), 0)
-			_, err := New(fake.NewClientset(), factory, tc.opts, nil, testapi.Logger())
+			err := tc.opts.Validate()
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("New error %v, want one containing %q", err, tc.want)
+				t.Fatalf("Validate error %v, want one containing %q", err, tc.want)
 			}
 			t.Log(err)
+			factory := informers.NewSharedInformerFactory(fake.NewClientset(), 0)
+			if _, nerr := New(fake.NewClientset(), factory, tc.opts, nil, testapi.Logger()); nerr == nil || nerr.Error() != err.Error() {
+				t.Errorf("New error %v, want Validate's %v", nerr, err)
+			}
 		})
 	}
 	factory := informers.NewSharedInformerFactory(fake.NewClientset(), 0)
 	for _, ok := range []Options{
-		{ClusterCIDRs: []string{" 10.244.1.0/16 "}},
-		{ClusterCIDRs: []string{"fd00:10:244::/48"}},
-		{ClusterCIDRs: []string{"fd00:10:244::/56"}, NodeCIDRMaskSize: 64},
-		{ClusterCIDRs: []string{"10.0.0.0/8"}, NodeCIDRMaskSize: 28, NodeCIDRMaskSizeIPv4: 28},
-		{ClusterCIDRs: []string{"10.244.0.0/16", "fd00::/48"}, NodeCIDRMaskSizeIPv4: 26, NodeCIDRMaskSizeIPv6: 64},
+		{ClusterCIDRs: cidrlist.MustParse("fd00:10:244::/48")},
+		{ClusterCIDRs: cidrlist.MustParse("fd00:10:244::/56"), NodeCIDRMaskSize: 64},
+		{ClusterCIDRs: cidrlist.MustParse("10.0.0.0/8"), NodeCIDRMaskSize: 28, NodeCIDRMaskSizeIPv4: 28},
+		{ClusterCIDRs: cidrlist.MustParse("10.244.0.0/16,fd00::/48"), NodeCIDRMaskSizeIPv4: 26, NodeCIDRMaskSizeIPv6: 64},
 	} {
+		if err := ok.Validate(); err != nil {
+			t.Errorf("Validate(%+v): %v", ok, err)
+		}
 		if _, err := New(fake.NewClientset(), factory, ok, nil, testapi.Logger()); err != nil {
 			t.Errorf("New(%+v): %v", ok, err)
 		}

@@ -1,10 +1,11 @@
 package nodeipam
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
-	"strings"
 
+	"github.com/nodenet/nodenet/internal/cidrlist"
 	"github.com/nodenet/nodenet/ipam/cidrset"
 )
 
@@ -16,10 +17,9 @@ const (
 
 // Options configures the controller. Zero mask sizes mean the defaults.
 type Options struct {
-	// ClusterCIDRs are the cluster CIDRs (--cluster-cidr), at most one per
-	// IP family; the first one is the primary family. An element may hold
-	// several comma-separated CIDRs, so the raw flag value can be passed.
-	ClusterCIDRs []string
+	// ClusterCIDRs are the cluster CIDRs (--cluster-cidr): one, or one per
+	// IP family (cidrlist.DualStack); the first one is the primary family.
+	ClusterCIDRs []netip.Prefix
 	// NodeCIDRMaskSize (--node-cidr-mask-size) is the node subnet size of
 	// a single-stack cluster, whatever its family. Refused with dual-stack.
 	NodeCIDRMaskSize int
@@ -31,12 +31,22 @@ type Options struct {
 	NodeCIDRMaskSizeIPv6 int
 }
 
+// Validate reports what is wrong with o; New refuses the same. Every error
+// names the flag to fix.
+func (o Options) Validate() error {
+	_, err := o.newSets()
+	return err
+}
+
 // newSets validates o and returns one empty CIDR set per cluster CIDR, in
-// flag order. Every error names the flag to fix.
+// flag order.
 func (o Options) newSets() ([]*cidrset.Set, error) {
-	prefixes, err := parseClusterCIDRs(o.ClusterCIDRs)
-	if err != nil {
-		return nil, err
+	prefixes := o.ClusterCIDRs
+	if len(prefixes) == 0 {
+		return nil, errors.New("--cluster-cidr: required")
+	}
+	if err := cidrlist.Check(prefixes, cidrlist.DualStack); err != nil {
+		return nil, fmt.Errorf("--cluster-cidr: %w", err)
 	}
 	if o.NodeCIDRMaskSize != 0 && len(prefixes) > 1 {
 		return nil, fmt.Errorf("--node-cidr-mask-size: only for a single-stack --cluster-cidr; use --node-cidr-mask-size-ipv4 and --node-cidr-mask-size-ipv6")
@@ -80,37 +90,4 @@ func (o Options) maskFor(p netip.Prefix) (flag string, mask int, err error) {
 		mask = def
 	}
 	return flag, mask, nil
-}
-
-func parseClusterCIDRs(raw []string) ([]netip.Prefix, error) {
-	var prefixes []netip.Prefix
-	for _, r := range raw {
-		for s := range strings.SplitSeq(r, ",") {
-			s = strings.TrimSpace(s)
-			p, err := netip.ParsePrefix(s)
-			if err != nil {
-				return nil, fmt.Errorf("--cluster-cidr: %q is not a CIDR: %w", s, err)
-			}
-			if p.Addr().Is4In6() {
-				return nil, fmt.Errorf("--cluster-cidr: %s is an IPv4-mapped IPv6 CIDR; write it as IPv4", p)
-			}
-			// kube-controller-manager takes 10.244.1.0/16 as 10.244.0.0/16.
-			prefixes = append(prefixes, p.Masked())
-		}
-	}
-	switch {
-	case len(prefixes) == 0:
-		return nil, fmt.Errorf("--cluster-cidr: required")
-	case len(prefixes) > 2:
-		return nil, fmt.Errorf("--cluster-cidr: %d CIDRs given; at most two, one IPv4 and one IPv6", len(prefixes))
-	case len(prefixes) == 2:
-		a, b := prefixes[0], prefixes[1]
-		if a.Overlaps(b) {
-			return nil, fmt.Errorf("--cluster-cidr: %s and %s overlap", a, b)
-		}
-		if a.Addr().Is4() == b.Addr().Is4() {
-			return nil, fmt.Errorf("--cluster-cidr: %s and %s are of the same IP family; dual-stack takes one CIDR per family", a, b)
-		}
-	}
-	return prefixes, nil
 }

@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/nodenet/nodenet/internal/cidrlist"
 	"github.com/nodenet/nodenet/internal/testapi"
 )
 
@@ -54,7 +55,7 @@ func TestDuplicateCIDRPassesToClaimant(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	startController(t, s, Options{ClusterCIDRs: []string{"10.244.0.0/23"}}, nil)
+	startController(t, s, Options{ClusterCIDRs: cidrlist.MustParse("10.244.0.0/23")}, nil)
 	testapi.Eventually(t, waitLong, "InvalidPodCIDR event on y", func() bool {
 		return len(events(t, s.Client, "y")) > 0 && events(t, s.Client, "y")[0] == ReasonInvalidPodCIDR
 	})

@@ -183,7 +183,7 @@ func TestOptions(t *testing.T) {
 		{Options{NodeMonitorPeriod: -time.Second}, "--node-monitor-period"},
 		{Options{NodeMonitorGracePeriod: time.Second, NodeMonitorPeriod: 2 * time.Second}, "--node-monitor-period"},
 	} {
-		if _, err := tc.o.withDefaults(); err == nil || !strings.Contains(err.Error(), tc.flag) {
+		if err := tc.o.Validate(); err == nil || !strings.Contains(err.Error(), tc.flag) {
 			t.Errorf("%+v: err %v, want one naming %s", tc.o, err, tc.flag)
 		}
 	}

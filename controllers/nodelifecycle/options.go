@@ -23,6 +23,13 @@ func DefaultOptions() Options {
 	return Options{NodeMonitorGracePeriod: 40 * time.Second, NodeMonitorPeriod: time.Second}
 }
 
+// Validate reports what is wrong with o (zero values meaning defaults); New
+// refuses the same.
+func (o Options) Validate() error {
+	_, err := o.withDefaults()
+	return err
+}
+
 func (o Options) withDefaults() (Options, error) {
 	d := DefaultOptions()
 	if o.NodeMonitorGracePeriod == 0 {

@@ -21,7 +21,7 @@ func TestOptions(t *testing.T) {
 	if err != nil || o.SchedulerName != "default-scheduler" {
 		t.Errorf("zero options = %+v, %v; want default-scheduler", o, err)
 	}
-	if _, err := (Options{SchedulerName: "Not A Name"}).withDefaults(); err == nil || !strings.Contains(err.Error(), "--scheduler-name") {
+	if err := (Options{SchedulerName: "Not A Name"}).Validate(); err == nil || !strings.Contains(err.Error(), "--scheduler-name") {
 		t.Errorf("bad name: err %v, want one naming --scheduler-name", err)
 	}
 }

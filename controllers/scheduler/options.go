@@ -21,6 +21,13 @@ func DefaultOptions() Options {
 	return Options{SchedulerName: corev1.DefaultSchedulerName}
 }
 
+// Validate reports what is wrong with o (zero values meaning defaults); New
+// refuses the same.
+func (o Options) Validate() error {
+	_, err := o.withDefaults()
+	return err
+}
+
 func (o Options) withDefaults() (Options, error) {
 	if o.SchedulerName == "" {
 		o.SchedulerName = DefaultOptions().SchedulerName

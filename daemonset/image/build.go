@@ -11,13 +11,13 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/nodenet/nodenet/daemonset"
 	"github.com/nodenet/nodenet/internal/atomicfile"
 	"github.com/nodenet/nodenet/internal/version"
 )
 
-// DefaultRef is the name the image is built and loaded as, and the image
-// daemonset/nodenet.yaml runs.
-const DefaultRef = "nodenet/nodenet:" + version.Kubernetes + "-nodenet"
+// DefaultRef is the name the image is built and loaded as.
+const DefaultRef = daemonset.DefaultImage
 
 // Userland is the Debian packages whose programs the daemons exec: both
 // iptables backends (iptables-nft, iptables-legacy and their -save and
@@ -26,8 +26,8 @@ var Userland = []string{"iptables", "nftables"}
 
 // Binary paths inside the image.
 const (
-	NodenetPath    = "/usr/local/bin/nodenet"
-	NodenetCNIPath = "/usr/local/bin/nodenet-cni"
+	NodenetPath    = daemonset.NodenetPath
+	NodenetCNIPath = daemonset.NodenetCNIPath
 )
 
 // BuildOptions say where the sources and caches are.

@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
-	"github.com/nodenet/nodenet/daemonset/image"
+	"github.com/nodenet/nodenet/daemonset"
 	"github.com/nodenet/nodenet/flanneld"
 	"github.com/nodenet/nodenet/proxy/app"
 )
@@ -45,7 +45,7 @@ type Options struct {
 func Defaults() Options {
 	return Options{
 		Namespace:    "nodenet-system",
-		Image:        image.DefaultRef,
+		Image:        daemonset.DefaultImage,
 		ProxyMode:    "iptables",
 		Backend:      flanneld.BackendVXLAN,
 		ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.0.0/16")},
@@ -224,25 +224,20 @@ func typeMeta(apiVersion, kind string) metav1.TypeMeta {
 }
 
 // Rules are the least privilege the daemons need, each rule with the code
-// that needs it. TestRulesCoverRequests holds them to the requests the
-// daemons really make.
+// that needs it. TestManifestRBAC (cmd/nodenet) holds them to the requests
+// the daemons really make, under an API server that enforces them.
 func Rules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		// flanneld (kube subnet manager) watches nodes for their podCIDRs
 		// and peers' annotations; the proxy watches nodes for topology
 		// and its own node's addresses.
-		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list", "watch"}},
 		// flanneld publishes its backend annotations and clears
 		// NetworkUnavailable on its own node.
 		{APIGroups: []string{""}, Resources: []string{"nodes/status"}, Verbs: []string{"patch"}},
 		// The proxy's Service and EndpointSlice informers.
 		{APIGroups: []string{""}, Resources: []string{"services"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
-		// The proxy drops traffic to unallocated ClusterIPs of the
-		// cluster's ServiceCIDRs.
-		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"servicecidrs"}, Verbs: []string{"list", "watch"}},
-		// Events about the node (both daemons).
-		{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch", "update"}},
 	}
 }
 
@@ -294,7 +289,7 @@ func daemonSet(o Options, labels map[string]string) *appsv1.DaemonSet {
 					Tolerations:        []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 					InitContainers: []corev1.Container{{
 						Name: "install-cni", Image: o.Image, ImagePullPolicy: corev1.PullIfNotPresent,
-						Command:         []string{image.NodenetPath, "install-cni", "--source", image.NodenetCNIPath, "--cni-bin-dir", "/opt/cni/bin", "--names", "nodenet,flannel"},
+						Command:         []string{daemonset.NodenetPath, "install-cni", "--source", daemonset.NodenetCNIPath, "--cni-bin-dir", "/opt/cni/bin", "--names", "nodenet,flannel"},
 						VolumeMounts:    []corev1.VolumeMount{mount("cni-bin", "/opt/cni/bin", false)},
 						Resources:       requests("10m", "16Mi"),
 						SecurityContext: sc,
@@ -302,7 +297,7 @@ func daemonSet(o Options, labels map[string]string) *appsv1.DaemonSet {
 					Containers: []corev1.Container{
 						{
 							Name: "flanneld", Image: o.Image, ImagePullPolicy: corev1.PullIfNotPresent,
-							Command: []string{image.NodenetPath, "flanneld", "--kube-subnet-mgr", "--ip-masq",
+							Command: []string{daemonset.NodenetPath, "flanneld", "--kube-subnet-mgr", "--ip-masq",
 								"--net-config-path", netConfDir + "/" + KeyNetConf,
 								"--cni-conf-template", netConfDir + "/" + KeyCNIConf,
 								"--install-cni-conf", cniConfDest,
@@ -319,7 +314,7 @@ func daemonSet(o Options, labels map[string]string) *appsv1.DaemonSet {
 							Name: "proxy", Image: o.Image, ImagePullPolicy: corev1.PullIfNotPresent,
 							// $(VAR) is expanded by the kubelet from the
 							// ConfigMap-backed env below.
-							Command: []string{image.NodenetPath, "proxy", "--proxy-mode=$(PROXY_MODE)", "--hostname-override=$(NODE_NAME)",
+							Command: []string{daemonset.NodenetPath, "proxy", "--proxy-mode=$(PROXY_MODE)", "--hostname-override=$(NODE_NAME)",
 								"--cluster-cidr=$(CLUSTER_CIDR)", "--nodeport-addresses=$(NODEPORT_ADDRESSES)",
 								fmt.Sprintf("--healthz-bind-address=0.0.0.0:%d", ProxyHealthPort)},
 							Env: append(append([]corev1.EnvVar(nil), env...), fromConfig("PROXY_MODE", KeyProxyMode),

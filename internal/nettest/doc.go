@@ -18,10 +18,11 @@
 // for the privileged tier: a tier that can pass by skipping everything tests
 // nothing.
 //
-// Switching namespaces is per OS thread, so every switch here happens on a
-// dedicated goroutine locked to its thread. If the thread cannot be moved
-// back, it is left locked so the Go runtime retires it instead of handing a
-// thread in a foreign namespace to unrelated goroutines.
+// Creating, switching into and removing namespaces is internal/netnsutil's
+// job, so tests exercise the same code the daemons run: NS.Do runs fn on a
+// dedicated goroutine locked to its thread, and if the thread cannot be
+// moved back it is retired instead of being handed, in a foreign
+// namespace, to unrelated goroutines.
 //
 // Use CheckNoLeaks from TestMain to catch namespaces that outlive a test
 // binary.

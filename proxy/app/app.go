@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/nodenet/nodenet/internal/cidrlist"
 	"github.com/nodenet/nodenet/proxy"
 )
 
@@ -36,14 +37,41 @@ type Modes map[string]Mode
 // ErrNotImplemented is returned for a known mode this build lacks.
 var ErrNotImplemented = errors.New("not implemented in this build yet")
 
-// Options are the parsed flags.
+// Options are the proxy's settings, parsed from flags by cmd/nodenet.
 type Options struct {
-	Mode     string
+	// Mode is the --proxy-mode: a key of the Modes Run is given.
+	Mode string
+	// Families get one data plane each; empty means IPv4 only.
 	Families []proxy.Family
 	Core     proxy.Config
 
 	HealthzBindAddress string // "" = off
 	MetricsBindAddress string // "" = off
+}
+
+// Validate reports what is wrong with o that Modes.Check does not; Run
+// refuses the same.
+func (o Options) Validate() error {
+	var errs []error
+	if err := cidrlist.Check(o.Core.ClusterCIDRs, cidrlist.DualStack); err != nil {
+		errs = append(errs, fmt.Errorf("--cluster-cidr: %w", err))
+	}
+	if err := cidrlist.Check(o.Core.NodePortAddresses.CIDRs, cidrlist.Any); err != nil {
+		errs = append(errs, fmt.Errorf("--nodeport-addresses: %w", err))
+	}
+	for i, f := range o.Families {
+		if f != proxy.IPv4 && f != proxy.IPv6 || slices.Contains(o.Families[:i], f) {
+			errs = append(errs, fmt.Errorf("families %v: want IPv4 and/or IPv6, each once", o.Families))
+			break
+		}
+	}
+	if o.Core.MinSyncPeriod < 0 {
+		errs = append(errs, fmt.Errorf("--min-sync-period %v: must not be negative", o.Core.MinSyncPeriod))
+	}
+	if o.Core.SyncPeriod < 0 {
+		errs = append(errs, fmt.Errorf("--sync-period %v: must not be negative", o.Core.SyncPeriod))
+	}
+	return errors.Join(errs...)
 }
 
 // Check validates the mode against the built-in modes.
@@ -94,7 +122,7 @@ func Run(ctx context.Context, o Options, modes Modes, client kubernetes.Interfac
 		log = slog.New(slog.DiscardHandler)
 		o.Core.Logger = log
 	}
-	if err := modes.Check(o.Mode); err != nil {
+	if err := errors.Join(modes.Check(o.Mode), o.Validate()); err != nil {
 		return err
 	}
 	if len(o.Families) == 0 {

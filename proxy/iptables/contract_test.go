@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	ipt "github.com/nodenet/nodenet/internal/iptables"
 	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/proxy"
 	"github.com/nodenet/nodenet/proxy/proxytest"
@@ -15,8 +16,8 @@ import (
 // contractStep is one thing done to both the Fake and the kernel.
 type contractStep struct {
 	name    string
-	restore string                           // raw iptables-restore input, or
-	sync    func(p *Proxier, r Runner) error // a data-plane action
+	restore string                               // raw iptables-restore input, or
+	sync    func(p *Proxier, r ipt.Runner) error // a data-plane action
 	wantErr bool
 }
 
@@ -24,7 +25,7 @@ var counters = regexp.MustCompile(`\[\d+:\d+\]`)
 
 // normalizedSave is what both sides are compared on: iptables-save of nat
 // and filter without comments/counters.
-func normalizedSave(t *testing.T, r Runner) string {
+func normalizedSave(t *testing.T, r ipt.Runner) string {
 	t.Helper()
 	var sb strings.Builder
 	for _, table := range []string{"filter", "nat"} {
@@ -45,8 +46,8 @@ func normalizedSave(t *testing.T, r Runner) string {
 
 func contractSteps(fam proxy.Family) []contractStep {
 	svcs := proxytest.GoldenServices(fam)
-	sync := func(cs proxy.ChangeSet, ports ...*proxy.ServicePort) func(*Proxier, Runner) error {
-		return func(p *Proxier, _ Runner) error {
+	sync := func(cs proxy.ChangeSet, ports ...*proxy.ServicePort) func(*Proxier, ipt.Runner) error {
+		return func(p *Proxier, _ ipt.Runner) error {
 			_, err := p.Sync(context.Background(), mkSnap(fam, ports...), cs)
 			return err
 		}
@@ -68,13 +69,13 @@ func contractSteps(fam proxy.Family) []contractStep {
 		{name: "port without protocol", restore: "*nat\n-A NODENET-SERVICES --dport 80 -j ACCEPT\nCOMMIT\n", wantErr: true},
 		{name: "unknown protocol", restore: "*nat\n-A NODENET-SERVICES -p bogus -j ACCEPT\nCOMMIT\n", wantErr: true},
 		{name: "others' chains", restore: "*nat\n:KUBE-SERVICES - [0:0]\n-A PREROUTING -j KUBE-SERVICES\nCOMMIT\n"},
-		{name: "cleanup", sync: func(p *Proxier, _ Runner) error { return p.Cleanup(context.Background()) }},
-		{name: "cleanup twice", sync: func(p *Proxier, _ Runner) error { return p.Cleanup(context.Background()) }},
+		{name: "cleanup", sync: func(p *Proxier, _ ipt.Runner) error { return p.Cleanup(context.Background()) }},
+		{name: "cleanup twice", sync: func(p *Proxier, _ ipt.Runner) error { return p.Cleanup(context.Background()) }},
 	}
 }
 
 // runContract applies the steps to r and returns the state after each.
-func runContract(t *testing.T, fam proxy.Family, r Runner) []string {
+func runContract(t *testing.T, fam proxy.Family, r ipt.Runner) []string {
 	t.Helper()
 	p := New(fam, r, nil)
 	var states []string
@@ -95,27 +96,34 @@ func runContract(t *testing.T, fam proxy.Family, r Runner) []string {
 
 func TestContractFake(t *testing.T) {
 	for _, fam := range []proxy.Family{proxy.IPv4, proxy.IPv6} {
-		t.Run(fam.String(), func(t *testing.T) { runContract(t, fam, NewFake()) })
+		t.Run(fam.String(), func(t *testing.T) { runContract(t, fam, ipt.NewFake()) })
 	}
 }
 
 // TestContractKernel runs the same steps against iptables-nft and
 // iptables-legacy in a throwaway namespace and requires the kernel's state to
-// equal the Fake's after every step.
+// equal the Fake's after every step. It needs both backends' binaries: the
+// gate skips without them, and fails under NODENET_PRIVILEGED=1.
 func TestContractKernel(t *testing.T) {
 	nettest.RequirePrivileged(t)
-	for _, v := range []Variant{NFT, Legacy} {
+	for _, b := range []ipt.Backend{ipt.NFT, ipt.Legacy} {
 		for _, fam := range []proxy.Family{proxy.IPv4, proxy.IPv6} {
-			t.Run(string(v)+"/"+fam.String(), func(t *testing.T) {
-				ns := nettest.New(t)
-				r := ExecRunner{Prefix: []string{"ip", "netns", "exec", ns.Name()}, Family: fam, Variant: v}
+			t.Run(string(b)+"/"+fam.String(), func(t *testing.T) {
+				tool := "iptables-" + string(b)
+				if fam == proxy.IPv6 {
+					tool = "ip6tables-" + string(b)
+				}
+				for _, suffix := range []string{"-save", "-restore"} {
+					nettest.RequireTool(t, tool+suffix)
+				}
+				r := kernelRunner(nettest.New(t), fam, b)
 				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 				defer cancel()
 				if _, err := r.Save(ctx, "nat"); err != nil {
-					t.Skipf("%s not usable here: %v", r.bin(""), err)
+					t.Fatalf("%s cannot read the nat table: %v", r, err)
 				}
 				kernel := runContract(t, fam, r)
-				fake := runContract(t, fam, NewFake())
+				fake := runContract(t, fam, ipt.NewFake())
 				for i, st := range contractSteps(fam) {
 					if kernel[i] != fake[i] {
 						t.Errorf("after %q the kernel and the Fake differ:\nkernel:\n%s\nfake:\n%s", st.name, kernel[i], fake[i])

@@ -26,8 +26,9 @@
 //
 // Rules are written in the canonical form iptables-save prints, so golden
 // files, the stateful Fake and the real kernel agree byte for byte; the same
-// contract test runs against Fake and against iptables in a throwaway
-// namespace. Runner abstracts the binaries (a command prefix such as
-// "ip netns exec NS" places them in a test namespace) and Detect chooses
-// iptables-nft or iptables-legacy like kube-proxy's wrapper does.
+// contract test runs against the Fake and against iptables in a throwaway
+// namespace. The binaries, the choice of iptables-nft or iptables-legacy,
+// restore batching, the Fake and error classification live in
+// internal/iptables, shared with flanneld's and the CNI plugin's
+// masquerading so that every component programs the same backend.
 package iptables

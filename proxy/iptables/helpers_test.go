@@ -1,6 +1,11 @@
 package iptables
 
-import "github.com/nodenet/nodenet/proxy/proxytest"
+import (
+	ipt "github.com/nodenet/nodenet/internal/iptables"
+	"github.com/nodenet/nodenet/internal/nettest"
+	"github.com/nodenet/nodenet/proxy"
+	"github.com/nodenet/nodenet/proxy/proxytest"
+)
 
 // The snapshot builders are shared with the other data planes' tests.
 var (
@@ -10,3 +15,9 @@ var (
 	changed       = proxytest.Changed
 	full          = proxytest.Full
 )
+
+// kernelRunner runs backend b's tools for family f inside the test
+// namespace ns.
+func kernelRunner(ns *nettest.NS, f proxy.Family, b ipt.Backend) *ipt.ExecRunner {
+	return ipt.New(ipt.Prefixed("ip", "netns", "exec", ns.Name()), ipt.Family(f), b)
+}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	ipt "github.com/nodenet/nodenet/internal/iptables"
 	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/proxy"
 	"github.com/nodenet/nodenet/proxy/proxytest"
@@ -14,12 +15,12 @@ import (
 // TestIntact: the proxier notices its hooks or chains removed behind its
 // back, against the Fake and against the kernel alike.
 func TestIntact(t *testing.T) {
-	runners := map[string]func(t *testing.T) Runner{
-		"fake": func(*testing.T) Runner { return NewFake() },
-		"kernel": func(t *testing.T) Runner {
+	runners := map[string]func(t *testing.T) ipt.Runner{
+		"fake": func(*testing.T) ipt.Runner { return ipt.NewFake() },
+		"kernel": func(t *testing.T) ipt.Runner {
 			nettest.RequirePrivileged(t)
 			nettest.RequireTool(t, "iptables-nft-restore")
-			return ExecRunner{Prefix: []string{"ip", "netns", "exec", nettest.New(t).Name()}, Family: proxy.IPv4, Variant: NFT}
+			return kernelRunner(nettest.New(t), proxy.IPv4, ipt.NFT)
 		},
 	}
 	damages := map[string]string{

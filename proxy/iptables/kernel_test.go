@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	ipt "github.com/nodenet/nodenet/internal/iptables"
 	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/internal/testapi"
 	"github.com/nodenet/nodenet/proxy"
@@ -16,27 +17,25 @@ import (
 // iptables-legacy, one data plane per family.
 func TestKernel(t *testing.T) {
 	nettest.RequirePrivileged(t)
-	for _, v := range []Variant{NFT, Legacy} {
-		t.Run(string(v), func(t *testing.T) {
+	for _, b := range []ipt.Backend{ipt.NFT, ipt.Legacy} {
+		t.Run(string(b), func(t *testing.T) {
 			proxytest.KernelSuite(t, func(t testing.TB, node *nettest.NS, f proxy.Family) proxy.DataPlane {
-				r := ExecRunner{Prefix: []string{"ip", "netns", "exec", node.Name()}, Family: f, Variant: v}
-				return New(f, r, testapi.Logger())
+				return New(f, kernelRunner(node, f, b), testapi.Logger())
 			})
 		})
 	}
 }
 
 // iptablesMode is one iptables backend for SwitchSuite.
-func iptablesMode(v Variant) proxytest.Mode {
-	prefix := func(node *nettest.NS) []string { return []string{"ip", "netns", "exec", node.Name()} }
+func iptablesMode(b ipt.Backend) proxytest.Mode {
 	return proxytest.Mode{
-		Name: "iptables-" + string(v),
+		Name: "iptables-" + string(b),
 		New: func(t testing.TB, node *nettest.NS, f proxy.Family) proxy.DataPlane {
-			return New(f, ExecRunner{Prefix: prefix(node), Family: f, Variant: v}, testapi.Logger())
+			return New(f, kernelRunner(node, f, b), testapi.Logger())
 		},
 		Leftovers: func(t testing.TB, node *nettest.NS) string {
 			var left []string
-			r := ExecRunner{Prefix: prefix(node), Family: proxy.IPv4, Variant: v}
+			r := kernelRunner(node, proxy.IPv4, b)
 			for _, table := range []string{"nat", "filter"} {
 				out, err := r.Save(t.Context(), table)
 				if err != nil {
@@ -58,29 +57,5 @@ func iptablesMode(v Variant) proxytest.Mode {
 // iptables ↔ nftables pair in proxy/app once nftables lands).
 func TestKernelSwitchBackends(t *testing.T) {
 	nettest.RequirePrivileged(t)
-	proxytest.SwitchSuite(t, iptablesMode(NFT), iptablesMode(Legacy))
-}
-
-// TestDetect: an empty namespace follows the host's alternative; once one
-// backend holds our (or kubelet's) chains, that backend wins.
-func TestDetect(t *testing.T) {
-	ns := nettest.New(t)
-	prefix := []string{"ip", "netns", "exec", ns.Name()}
-	if _, err := Detect(t.Context(), prefix, proxy.IPv4); err != nil {
-		t.Fatal(err)
-	}
-	for _, v := range []Variant{Legacy, NFT} {
-		r := ExecRunner{Prefix: prefix, Family: proxy.IPv4, Variant: v}
-		if err := r.Restore(t.Context(), []byte("*nat\n:NODENET-SERVICES - [0:0]\nCOMMIT\n")); err != nil {
-			t.Fatal(err)
-		}
-		other := ExecRunner{Prefix: prefix, Family: proxy.IPv4, Variant: map[Variant]Variant{NFT: Legacy, Legacy: NFT}[v]}
-		if err := New(proxy.IPv4, other, nil).Cleanup(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		got, err := Detect(t.Context(), prefix, proxy.IPv4)
-		if err != nil || got != v {
-			t.Errorf("with rules in %s: detected %s, %v", v, got, err)
-		}
-	}
+	proxytest.SwitchSuite(t, iptablesMode(ipt.NFT), iptablesMode(ipt.Legacy))
 }

@@ -1,7 +1,6 @@
 package iptables
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -10,13 +9,14 @@ import (
 	"slices"
 	"strings"
 
+	ipt "github.com/nodenet/nodenet/internal/iptables"
 	"github.com/nodenet/nodenet/proxy"
 )
 
 // Proxier is the iptables proxy.DataPlane for one IP family.
 type Proxier struct {
 	family proxy.Family
-	runner Runner
+	runner ipt.Runner
 	log    *slog.Logger
 
 	// What the last successful sync programmed; valid while synced.
@@ -31,8 +31,9 @@ type programmed struct {
 	chains map[string]uint64 // owned chain → hash of its rules
 }
 
-// New returns a Proxier programming through runner.
-func New(family proxy.Family, runner Runner, log *slog.Logger) *Proxier {
+// New returns a Proxier programming through runner, which must be of the
+// same family.
+func New(family proxy.Family, runner ipt.Runner, log *slog.Logger) *Proxier {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -41,70 +42,6 @@ func New(family proxy.Family, runner Runner, log *slog.Logger) *Proxier {
 
 // Name implements proxy.DataPlane.
 func (p *Proxier) Name() string { return "iptables" }
-
-// batch accumulates one iptables-restore input, per table in the order the
-// kernel needs: chain declarations (which flush), rule deletions, rule
-// additions, chain deletions.
-type batch struct {
-	decl, del, add, x map[string]*bytes.Buffer
-	written           int
-}
-
-func newBatch() *batch {
-	b := &batch{decl: map[string]*bytes.Buffer{}, del: map[string]*bytes.Buffer{}, add: map[string]*bytes.Buffer{}, x: map[string]*bytes.Buffer{}}
-	for _, t := range []string{tableFilter, tableNAT} {
-		b.decl[t], b.del[t], b.add[t], b.x[t] = &bytes.Buffer{}, &bytes.Buffer{}, &bytes.Buffer{}, &bytes.Buffer{}
-	}
-	return b
-}
-
-func (b *batch) declare(table, chain string) { fmt.Fprintf(b.decl[table], ":%s - [0:0]\n", chain) }
-
-func (b *batch) rule(table, op, chain, rule string) {
-	buf := b.add[table]
-	if op == "-D" {
-		buf = b.del[table]
-	}
-	buf.WriteString(op)
-	buf.WriteByte(' ')
-	buf.WriteString(chain)
-	buf.WriteByte(' ')
-	buf.WriteString(rule)
-	buf.WriteByte('\n')
-	if op != "-D" {
-		b.written++
-	}
-}
-
-func (b *batch) deleteChain(table, chain string) {
-	b.declare(table, chain)
-	fmt.Fprintf(b.x[table], "-X %s\n", chain)
-}
-
-func (b *batch) bytes() []byte {
-	var out bytes.Buffer
-	for _, t := range []string{tableFilter, tableNAT} {
-		if b.decl[t].Len()+b.del[t].Len()+b.add[t].Len()+b.x[t].Len() == 0 {
-			continue
-		}
-		out.WriteString("*" + t + "\n")
-		out.Write(b.decl[t].Bytes())
-		out.Write(b.del[t].Bytes())
-		out.Write(b.add[t].Bytes())
-		out.Write(b.x[t].Bytes())
-		out.WriteString("COMMIT\n")
-	}
-	return out.Bytes()
-}
-
-func (b *batch) empty() bool {
-	for _, t := range []string{tableFilter, tableNAT} {
-		if b.decl[t].Len()+b.del[t].Len()+b.add[t].Len()+b.x[t].Len() > 0 {
-			return false
-		}
-	}
-	return true
-}
 
 func chainHash(rules []string) uint64 {
 	h := fnv.New64a()
@@ -122,7 +59,7 @@ func (p *Proxier) Sync(ctx context.Context, snap *proxy.Snapshot, changed proxy.
 	}
 	full := changed.Full || !p.synced
 	var (
-		b    *batch
+		b    *ipt.Batch
 		next map[proxy.ServicePortName]*programmed
 		err  error
 	)
@@ -132,23 +69,23 @@ func (p *Proxier) Sync(ctx context.Context, snap *proxy.Snapshot, changed proxy.
 			p.synced = false
 			return proxy.SyncResult{}, err
 		}
-		if b.empty() {
+		if b.Empty() {
 			p.services, p.synced = next, true
 			return proxy.SyncResult{Total: p.countTotal()}, nil
 		}
 	} else {
 		b, next = p.partialBatch(snap, changed)
-		if b.empty() {
+		if b.Empty() {
 			return proxy.SyncResult{Total: p.total}, nil
 		}
 	}
-	if err := p.runner.Restore(ctx, b.bytes()); err != nil {
+	if err := p.runner.Restore(ctx, b.Bytes()); err != nil {
 		p.synced = false
 		return proxy.SyncResult{}, fmt.Errorf("restore %s rules: %w", p.family, err)
 	}
 	p.services = next
 	p.synced = true
-	return proxy.SyncResult{Written: b.written, Total: p.countTotal()}, nil
+	return proxy.SyncResult{Written: b.Added(), Total: p.countTotal()}, nil
 }
 
 // countTotal is the number of rules this data plane owns (services' rules
@@ -172,27 +109,21 @@ type existing struct {
 func (p *Proxier) readExisting(ctx context.Context) (*existing, error) {
 	ex := &existing{chains: map[string]map[string][]string{}, hooks: map[string]bool{}}
 	for _, t := range []string{tableFilter, tableNAT} {
-		out, err := p.runner.Save(ctx, t)
+		table, err := ipt.ReadTable(ctx, p.runner, t)
 		if err != nil {
-			return nil, fmt.Errorf("read %s table: %w", t, err)
+			return nil, err
 		}
 		chains := map[string][]string{}
 		ex.chains[t] = chains
-		for len(out) > 0 {
-			var line []byte
-			line, out, _ = bytes.Cut(out, []byte{'\n'})
-			switch {
-			case bytes.HasPrefix(line, []byte(":"+Prefix)):
-				name, _, _ := strings.Cut(string(line[1:]), " ")
-				if _, ok := chains[name]; !ok {
-					chains[name] = nil
+		for chain, rules := range table {
+			if strings.HasPrefix(chain, Prefix) {
+				chains[chain] = rules
+				continue
+			}
+			for _, rule := range rules {
+				if strings.Contains(rule, "-j "+Prefix) {
+					ex.hooks[t+"/"+chain+"/"+rule] = true
 				}
-			case bytes.HasPrefix(line, []byte("-A "+Prefix)):
-				chain, rule, _ := strings.Cut(string(line[3:]), " ")
-				chains[chain] = append(chains[chain], rule)
-			case bytes.HasPrefix(line, []byte("-A ")) && bytes.Contains(line, []byte("-j "+Prefix)):
-				chain, rule, _ := strings.Cut(string(line[3:]), " ")
-				ex.hooks[t+"/"+chain+"/"+rule] = true
 			}
 		}
 	}
@@ -242,12 +173,12 @@ func sameRules(table, chain string, have, want []string) bool {
 // deleted, missing hooks are inserted. Chains that already match are left
 // alone, so the first sync after a restart (and a periodic resync with
 // nothing to repair) writes almost nothing.
-func (p *Proxier) fullBatch(ctx context.Context, snap *proxy.Snapshot) (*batch, map[proxy.ServicePortName]*programmed, error) {
+func (p *Proxier) fullBatch(ctx context.Context, snap *proxy.Snapshot) (*ipt.Batch, map[proxy.ServicePortName]*programmed, error) {
 	ex, err := p.readExisting(ctx)
 	if err != nil {
 		return nil, nil, err
 	}
-	b := newBatch()
+	b := ipt.NewBatch()
 	w := &ruleWriter{family: p.family}
 	declared := map[string]map[string]bool{tableNAT: {}, tableFilter: {}}
 	write := func(table, chain string, rules []string) {
@@ -255,9 +186,9 @@ func (p *Proxier) fullBatch(ctx context.Context, snap *proxy.Snapshot) (*batch, 
 		if have, ok := ex.chains[table][chain]; ok && sameRules(table, chain, have, rules) {
 			return
 		}
-		b.declare(table, chain)
+		b.Declare(table, chain)
 		for _, rule := range rules {
-			b.rule(table, "-A", chain, rule)
+			b.Append(table, chain, rule)
 		}
 	}
 	shared := map[string][]string{}
@@ -282,13 +213,13 @@ func (p *Proxier) fullBatch(ctx context.Context, snap *proxy.Snapshot) (*batch, 
 	}
 	for _, h := range hooks {
 		if !ex.hooks[h.table+"/"+h.chain+"/"+h.rule] {
-			b.rule(h.table, "-I", h.chain, h.rule)
+			b.Insert(h.table, h.chain, h.rule)
 		}
 	}
 	for _, t := range []string{tableFilter, tableNAT} {
 		for _, c := range sortedKeys(ex.chains[t]) {
 			if !declared[t][c] {
-				b.deleteChain(t, c)
+				b.DeleteChain(t, c)
 			}
 		}
 	}
@@ -308,13 +239,13 @@ func sortedKeys[V any](m map[string]V) []string {
 // rules changed, and their own rules in the shared chains (-D old, -I/-A
 // new; order among services in a shared chain does not matter, and nat
 // NODENET-SERVICES gets -I so its NodePort jump stays last).
-func (p *Proxier) partialBatch(snap *proxy.Snapshot, changed proxy.ChangeSet) (*batch, map[proxy.ServicePortName]*programmed) {
-	b := newBatch()
+func (p *Proxier) partialBatch(snap *proxy.Snapshot, changed proxy.ChangeSet) (*ipt.Batch, map[proxy.ServicePortName]*programmed) {
+	b := ipt.NewBatch()
 	w := &ruleWriter{family: p.family}
 	next := p.services // updated in place: on failure synced=false forces a full rebuild
 	sorted := proxy.SortedPorts(changed, p.services, snap)
 
-	var newChains, oldChains []string // chains to delete are collected across services
+	var oldChains []string // chains to delete are collected across services
 	keep := map[string]bool{}
 	for _, n := range sorted {
 		old := p.services[n]
@@ -332,10 +263,9 @@ func (p *Proxier) partialBatch(snap *proxy.Snapshot, changed proxy.ChangeSet) (*
 						continue
 					}
 				}
-				b.declare(tableNAT, c.name)
-				newChains = append(newChains, c.name)
+				b.Declare(tableNAT, c.name)
 				for _, rule := range c.rules {
-					b.rule(tableNAT, "-A", c.name, rule)
+					b.Append(tableNAT, c.name, rule)
 				}
 			}
 		} else {
@@ -350,10 +280,10 @@ func (p *Proxier) partialBatch(snap *proxy.Snapshot, changed proxy.ChangeSet) (*
 		} else {
 			or = &serviceRules{}
 		}
-		diffShared(b, tableNAT, chainServices, "-I", or.natServices, nr.natServices)
-		diffShared(b, tableNAT, chainNodePorts, "-A", or.natNodePort, nr.natNodePort)
-		diffShared(b, tableFilter, chainServices, "-A", or.filterSvc, nr.filterSvc)
-		diffShared(b, tableFilter, chainFirewall, "-A", or.filterFW, nr.filterFW)
+		diffShared(b, tableNAT, chainServices, b.Insert, or.natServices, nr.natServices)
+		diffShared(b, tableNAT, chainNodePorts, b.Append, or.natNodePort, nr.natNodePort)
+		diffShared(b, tableFilter, chainServices, b.Append, or.filterSvc, nr.filterSvc)
+		diffShared(b, tableFilter, chainFirewall, b.Append, or.filterFW, nr.filterFW)
 		if pr != nil {
 			next[n] = pr
 		} else {
@@ -363,16 +293,15 @@ func (p *Proxier) partialBatch(snap *proxy.Snapshot, changed proxy.ChangeSet) (*
 	slices.Sort(oldChains)
 	for _, c := range slices.Compact(oldChains) {
 		if !keep[c] {
-			b.deleteChain(tableNAT, c)
+			b.DeleteChain(tableNAT, c)
 		}
 	}
-	_ = newChains
 	return b, next
 }
 
-// diffShared emits deletions of rules only in old and additions of rules
-// only in new (multiset difference).
-func diffShared(b *batch, table, chain, addOp string, old, new []string) {
+// diffShared emits deletions of rules only in old and additions (with add:
+// the batch's Append or Insert) of rules only in new (multiset difference).
+func diffShared(b *ipt.Batch, table, chain string, add func(table, chain, rule string), old, new []string) {
 	if slices.Equal(old, new) {
 		return
 	}
@@ -385,12 +314,12 @@ func diffShared(b *batch, table, chain, addOp string, old, new []string) {
 			count[r]--
 			continue
 		}
-		b.rule(table, "-D", chain, r)
+		b.Delete(table, chain, r)
 	}
 	for _, r := range new {
 		if count[r] > 0 {
 			count[r]--
-			b.rule(table, addOp, chain, r)
+			add(table, chain, r)
 		}
 	}
 }
@@ -428,26 +357,26 @@ func (p *Proxier) Cleanup(ctx context.Context) error {
 	p.synced = false
 	p.services = map[proxy.ServicePortName]*programmed{}
 	ex, err := p.readExisting(ctx)
-	if errors.Is(err, ErrNotFound) {
-		return nil
+	if errors.Is(err, ipt.ErrNotInstalled) {
+		return nil // a backend that is not installed holds nothing
 	}
 	if err != nil {
 		return fmt.Errorf("cleanup iptables %s: %w", p.family, err)
 	}
-	b := newBatch()
+	b := ipt.NewBatch()
 	for key := range ex.hooks {
 		parts := strings.SplitN(key, "/", 3)
-		b.rule(parts[0], "-D", parts[1], parts[2])
+		b.Delete(parts[0], parts[1], parts[2])
 	}
 	for t, chains := range ex.chains {
 		for _, c := range sortedKeys(chains) {
-			b.deleteChain(t, c)
+			b.DeleteChain(t, c)
 		}
 	}
-	if b.empty() {
+	if b.Empty() {
 		return nil
 	}
-	if err := p.runner.Restore(ctx, b.bytes()); err != nil {
+	if err := p.runner.Restore(ctx, b.Bytes()); err != nil {
 		return fmt.Errorf("cleanup iptables %s: %w", p.family, err)
 	}
 	return nil

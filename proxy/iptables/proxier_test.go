@@ -1,6 +1,8 @@
 package iptables
 
 import (
+	ipt "github.com/nodenet/nodenet/internal/iptables"
+
 	"context"
 	"flag"
 	"fmt"
@@ -23,7 +25,7 @@ func TestMain(m *testing.M) { os.Exit(nettest.CheckNoLeaks(m)) }
 func TestGoldenRules(t *testing.T) {
 	for _, fam := range []proxy.Family{proxy.IPv4, proxy.IPv6} {
 		t.Run(fam.String(), func(t *testing.T) {
-			f := NewFake()
+			f := ipt.NewFake()
 			p := New(fam, f, nil)
 			res, err := p.Sync(context.Background(), mkSnap(fam, proxytest.GoldenServices(fam)...), full)
 			if err != nil {
@@ -40,7 +42,7 @@ func TestGoldenRules(t *testing.T) {
 func v4(s string) netip.Addr { return netip.MustParseAddr(s) }
 
 func TestTracer(t *testing.T) {
-	f := NewFake()
+	f := ipt.NewFake()
 	p := New(proxy.IPv4, f, nil)
 	if _, err := p.Sync(context.Background(), mkSnap(proxy.IPv4, proxytest.GoldenServices(proxy.IPv4)...), full); err != nil {
 		t.Fatal(err)
@@ -52,7 +54,7 @@ func TestTracer(t *testing.T) {
 // checks after each that the tables equal a from-scratch full sync.
 func TestPartialEqualsFull(t *testing.T) {
 	ctx := context.Background()
-	f := NewFake()
+	f := ipt.NewFake()
 	p := New(proxy.IPv4, f, nil)
 	churn := proxytest.NewChurn(proxytest.ChurnOpts{})
 	if _, err := p.Sync(ctx, churn.Snapshot(), full); err != nil {
@@ -63,7 +65,7 @@ func TestPartialEqualsFull(t *testing.T) {
 		if _, err := p.Sync(ctx, snap, cs); err != nil {
 			t.Fatalf("round %d: partial sync: %v\n%s", round, err, f.LastData)
 		}
-		ref := NewFake()
+		ref := ipt.NewFake()
 		if _, err := New(proxy.IPv4, ref, nil).Sync(ctx, snap, full); err != nil {
 			t.Fatal(err)
 		}
@@ -75,7 +77,7 @@ func TestPartialEqualsFull(t *testing.T) {
 
 // sortedDump renders a dump with each chain's rules sorted where order does
 // not matter (shared chains), so partial and full syncs compare equal.
-func sortedDump(f *Fake) string {
+func sortedDump(f *ipt.Fake) string {
 	var sb strings.Builder
 	for _, table := range []string{"filter", "nat"} {
 		for _, c := range f.Chains(table) {
@@ -101,7 +103,7 @@ func sortedDump(f *Fake) string {
 
 func TestFullSyncRemovesStaleChainsAndRestoresHooks(t *testing.T) {
 	ctx := context.Background()
-	f := NewFake()
+	f := ipt.NewFake()
 	web := mkPort("default", "web", "10.96.0.10", 80, proxy.TCP, withEndpoints(8080, "10.244.1.2"))
 	gone := mkPort("default", "gone", "10.96.0.11", 80, proxy.TCP, withEndpoints(8080, "10.244.1.3"))
 	if _, err := New(proxy.IPv4, f, nil).Sync(ctx, mkSnap(proxy.IPv4, web, gone), full); err != nil {
@@ -179,7 +181,7 @@ func TestFakeRejectsWhatTheKernelRejects(t *testing.T) {
 		{"port without protocol", "*nat\n:A - [0:0]\n-A A --dport 80 -j ACCEPT\nCOMMIT\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := NewFake()
+			f := ipt.NewFake()
 			before := f.Dump()
 			if err := f.Restore(ctx, []byte(tc.in)); err == nil {
 				t.Fatal("accepted")
@@ -193,7 +195,7 @@ func TestFakeRejectsWhatTheKernelRejects(t *testing.T) {
 
 func TestSyncFailureForcesFullResync(t *testing.T) {
 	ctx := context.Background()
-	f := NewFake()
+	f := ipt.NewFake()
 	p := New(proxy.IPv4, f, nil)
 	web := mkPort("default", "web", "10.96.0.10", 80, proxy.TCP, withEndpoints(8080, "10.244.1.2"))
 	if _, err := p.Sync(ctx, mkSnap(proxy.IPv4, web), full); err != nil {

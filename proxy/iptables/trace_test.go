@@ -1,6 +1,8 @@
 package iptables
 
 import (
+	ipt "github.com/nodenet/nodenet/internal/iptables"
+
 	"net/netip"
 	"slices"
 	"strconv"
@@ -26,7 +28,7 @@ type traceState struct {
 }
 
 // trace walks p through nat then filter of f and returns every outcome.
-func trace(t *testing.T, f *Fake, p packet) []outcome {
+func trace(t *testing.T, f *ipt.Fake, p packet) []outcome {
 	t.Helper()
 	hook := "PREROUTING"
 	if p.Local {
@@ -61,7 +63,7 @@ func trace(t *testing.T, f *Fake, p packet) []outcome {
 	return outs
 }
 
-func walk(t *testing.T, f *Fake, table, chain string, p packet, st traceState) []traceState {
+func walk(t *testing.T, f *ipt.Fake, table, chain string, p packet, st traceState) []traceState {
 	t.Helper()
 	rules := f.Rules(table, chain)
 	states := []traceState{st}
@@ -69,7 +71,7 @@ func walk(t *testing.T, f *Fake, table, chain string, p packet, st traceState) [
 	for _, r := range rules {
 		var next []traceState
 		for _, s := range states {
-			args, err := tokenize(r)
+			args, err := ipt.SplitRule(r)
 			if err != nil {
 				t.Fatalf("trace: %v", err)
 			}
@@ -207,7 +209,7 @@ func evalMatches(t *testing.T, args []string, p packet, mark uint32) (yes, no bo
 	return true, false
 }
 
-func applyTarget(t *testing.T, f *Fake, table string, args []string, p packet, s traceState) []traceState {
+func applyTarget(t *testing.T, f *ipt.Fake, table string, args []string, p packet, s traceState) []traceState {
 	t.Helper()
 	switch args[0] {
 	case "ACCEPT", "DROP", "REJECT":

@@ -136,7 +136,8 @@ func TestContractKernel(t *testing.T) {
 	for _, fam := range []proxy.Family{proxy.IPv4, proxy.IPv6} {
 		t.Run(fam.String(), func(t *testing.T) {
 			ns := nettest.New(t)
-			r := ExecRunner{Netns: ns.Name()}
+			r := &ExecRunner{Netns: ns.Name()}
+			t.Cleanup(func() { r.Close() })
 			kernel := runContract(t, fam, r)
 			fake := runContract(t, fam, NewFake())
 			if !strings.Contains(kernel[0], "dnat to") || !strings.Contains(kernel[0], "goto reject-chain") {

@@ -3,8 +3,9 @@
 // `ip6 nodenet-proxy`). Syncs are written through the nft CLI (`nft -f -`,
 // one transaction per sync), except endpoint changes: element changes and
 // rewritten service/local chain rules go straight to nf_tables over a
-// long-lived netlink socket (netlink.go, ruleenc.go). Runner abstracts
-// both; ExecRunner's Netns places them in a test namespace.
+// long-lived netlink socket (netlink.go, ruleenc.go, on internal/nlmsg)
+// that the ExecRunner owns and its Close releases. Runner abstracts both;
+// ExecRunner's Netns places them in a test namespace.
 //
 // Chains are fixed; what changes lives in maps:
 //

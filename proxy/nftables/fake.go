@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"github.com/nodenet/nodenet/internal/nlmsg"
 )
 
 // Fake is a stateful in-memory nftables for tests. It applies the nft
@@ -101,7 +103,8 @@ func (f *Fake) Batch(_ context.Context, family, table string, ops []Op) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.Batches++
-	if _, _, err := encodeBatch(family, table, ops, 1); err != nil && !errors.Is(err, errNotEncodable) && !errors.Is(err, errBatchTooBig) {
+	var w nlmsg.Writer
+	if err := encodeBatch(&w, family, table, ops); err != nil && !errors.Is(err, errNotEncodable) && !errors.Is(err, errBatchTooBig) {
 		return &Error{Stderr: "Error: Could not process rule: " + msgInvalArg + "\n" + err.Error(), Err: errFake}
 	}
 	return f.apply(opsScript(family, table, ops))

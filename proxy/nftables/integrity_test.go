@@ -20,7 +20,9 @@ func TestIntact(t *testing.T) {
 		"kernel": func(t *testing.T) Runner {
 			nettest.RequirePrivileged(t)
 			nettest.RequireTool(t, "nft")
-			return ExecRunner{Netns: nettest.New(t).Name()}
+			r := &ExecRunner{Netns: nettest.New(t).Name()}
+			t.Cleanup(func() { r.Close() })
+			return r
 		},
 	}
 	for name, mk := range runners {
@@ -39,7 +41,8 @@ func TestIntact(t *testing.T) {
 
 // TestSocketFollowsRecreatedNamespace: the long-lived netlink socket must
 // not keep programming a namespace that was deleted and created again
-// under the same name.
+// under the same name; Close lets go of it, and the runner opens a new one
+// when it needs one again.
 func TestSocketFollowsRecreatedNamespace(t *testing.T) {
 	nettest.RequirePrivileged(t)
 	nettest.RequireTool(t, "nft")
@@ -53,7 +56,8 @@ func TestSocketFollowsRecreatedNamespace(t *testing.T) {
 	run("netns", "add", name)
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
 	ctx := context.Background()
-	r := ExecRunner{Netns: name}
+	r := &ExecRunner{Netns: name}
+	defer r.Close()
 	if err := r.Apply(ctx, []byte("add table ip "+TableName+"\nadd chain ip "+TableName+" services\nadd rule ip "+TableName+" services accept\n")); err != nil {
 		t.Fatal(err)
 	}
@@ -64,5 +68,14 @@ func TestSocketFollowsRecreatedNamespace(t *testing.T) {
 	run("netns", "add", name)
 	if n, err := r.RuleCount(ctx, "ip", TableName, "services"); err != nil || n != 0 {
 		t.Fatalf("rules in the re-created namespace: %d, %v; want 0 (the socket stayed in the old one)", n, err)
+	}
+	if err := r.Close(); err != nil || r.conn != nil {
+		t.Fatalf("Close: %v, socket %v", err, r.conn)
+	}
+	if err := r.Apply(ctx, []byte("add table ip "+TableName+"\nadd chain ip "+TableName+" services\nadd rule ip "+TableName+" services accept\n")); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := r.RuleCount(ctx, "ip", TableName, "services"); err != nil || n != 1 || r.conn == nil {
+		t.Fatalf("rules after Close: %d, %v; want 1 through a new socket", n, err)
 	}
 }

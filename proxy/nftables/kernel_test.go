@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/nodenet/nodenet/internal/nettest"
+	"github.com/nodenet/nodenet/internal/nlmsg"
 	"github.com/nodenet/nodenet/internal/testapi"
 	"github.com/nodenet/nodenet/proxy"
 	"github.com/nodenet/nodenet/proxy/proxytest"
@@ -19,7 +20,9 @@ func TestKernel(t *testing.T) {
 	nettest.RequirePrivileged(t)
 	nettest.RequireTool(t, "nft")
 	proxytest.KernelSuite(t, func(t testing.TB, node *nettest.NS, f proxy.Family) proxy.DataPlane {
-		return New(f, ExecRunner{Netns: node.Name()}, testapi.Logger())
+		r := &ExecRunner{Netns: node.Name()}
+		t.Cleanup(func() { r.Close() })
+		return New(f, r, testapi.Logger())
 	})
 }
 
@@ -46,7 +49,8 @@ func TestRuleEncoderMatchesNft(t *testing.T) {
 		},
 	}
 	ns := nettest.New(t)
-	r := ExecRunner{Netns: ns.Name()}
+	r := &ExecRunner{Netns: ns.Name()}
+	defer r.Close()
 	ctx := context.Background()
 	for fam, rules := range cases {
 		w := writer{family: proxy.IPv4}
@@ -67,7 +71,7 @@ func TestRuleEncoderMatchesNft(t *testing.T) {
 				continue
 			}
 			ops := []Op{{Kind: OpFlushChain, Chain: "c"}, {Kind: OpAddRule, Chain: "c", Rule: rule}}
-			if err := sendBatch(r.netnsPath(), fam, TableName, ops); err != nil {
+			if err := r.sendBatch(fam, TableName, ops); err != nil {
 				t.Errorf("%s: %s: %v", fam, rule, err)
 				continue
 			}
@@ -97,6 +101,7 @@ func TestRuleEncoderMatchesNft(t *testing.T) {
 
 // ruleEncodable reports whether rule can go over netlink.
 func ruleEncodable(family, rule string) bool {
-	var n nlBuf
-	return encodeRule(&n, family, rule) == nil
+	var w nlmsg.Writer
+	w.Begin(nfnlSubsysNFTables<<8|nftMsgNewRule, 0)
+	return encodeRule(&w, family, rule) == nil
 }

@@ -36,7 +36,7 @@ type Proxier struct {
 }
 
 // New returns a Proxier programming table TableName of family through
-// runner (ExecRunner{} on a node).
+// runner (an ExecRunner on a node).
 func New(family proxy.Family, runner Runner, log *slog.Logger) *Proxier {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

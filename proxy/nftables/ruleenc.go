@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodenet/nodenet/internal/nlmsg"
 )
 
 // The rules a change in a service's endpoint count rewrites (the service
@@ -49,49 +51,49 @@ const (
 
 // ruleEncoder accumulates the expressions of one rule.
 type ruleEncoder struct {
-	n      *nlBuf
+	n      *nlmsg.Writer
 	family string // "ip" or "ip6"
 }
 
 func be32(v uint32) []byte { return binary.BigEndian.AppendUint32(nil, v) }
 
 func (e *ruleEncoder) expr(name string, attrs func()) {
-	el := e.n.nest(nftaListElem)
-	e.n.attr(nftaExprName, cstring(name))
-	d := e.n.nest(nftaExprData)
+	el := nest(e.n, nftaListElem)
+	e.n.String(nftaExprName, name)
+	d := nest(e.n, nftaExprData)
 	attrs()
-	e.n.endNest(d)
-	e.n.endNest(el)
+	e.n.EndNest(d)
+	e.n.EndNest(el)
 }
 
 func (e *ruleEncoder) data(typ uint16, v []byte) {
-	d := e.n.nest(typ)
-	e.n.attr(nftaDataValue, v)
-	e.n.endNest(d)
+	d := nest(e.n, typ)
+	e.n.Attr(nftaDataValue, v)
+	e.n.EndNest(d)
 }
 
 func (e *ruleEncoder) payload(base, offset, length uint32) {
 	e.expr("payload", func() {
-		e.n.attr(1, be32(nftReg1)) // NFTA_PAYLOAD_DREG
-		e.n.attr(2, be32(base))    // NFTA_PAYLOAD_BASE
-		e.n.attr(3, be32(offset))  // NFTA_PAYLOAD_OFFSET
-		e.n.attr(4, be32(length))  // NFTA_PAYLOAD_LEN
+		e.n.Attr(1, be32(nftReg1)) // NFTA_PAYLOAD_DREG
+		e.n.Attr(2, be32(base))    // NFTA_PAYLOAD_BASE
+		e.n.Attr(3, be32(offset))  // NFTA_PAYLOAD_OFFSET
+		e.n.Attr(4, be32(length))  // NFTA_PAYLOAD_LEN
 	})
 }
 
 func (e *ruleEncoder) cmp(op uint32, v []byte) {
 	e.expr("cmp", func() {
-		e.n.attr(1, be32(nftReg1)) // NFTA_CMP_SREG
-		e.n.attr(2, be32(op))      // NFTA_CMP_OP
+		e.n.Attr(1, be32(nftReg1)) // NFTA_CMP_SREG
+		e.n.Attr(2, be32(op))      // NFTA_CMP_OP
 		e.data(3, v)               // NFTA_CMP_DATA
 	})
 }
 
 func (e *ruleEncoder) bitwise(mask, xor []byte) {
 	e.expr("bitwise", func() {
-		e.n.attr(1, be32(nftReg1))           // NFTA_BITWISE_SREG
-		e.n.attr(2, be32(nftReg1))           // NFTA_BITWISE_DREG
-		e.n.attr(3, be32(uint32(len(mask)))) // NFTA_BITWISE_LEN
+		e.n.Attr(1, be32(nftReg1))           // NFTA_BITWISE_SREG
+		e.n.Attr(2, be32(nftReg1))           // NFTA_BITWISE_DREG
+		e.n.Attr(3, be32(uint32(len(mask)))) // NFTA_BITWISE_LEN
 		e.data(4, mask)                      // NFTA_BITWISE_MASK
 		e.data(5, xor)                       // NFTA_BITWISE_XOR
 	})
@@ -99,8 +101,8 @@ func (e *ruleEncoder) bitwise(mask, xor []byte) {
 
 func (e *ruleEncoder) metaLoad(key uint32) {
 	e.expr("meta", func() {
-		e.n.attr(2, be32(key))     // NFTA_META_KEY
-		e.n.attr(1, be32(nftReg1)) // NFTA_META_DREG
+		e.n.Attr(2, be32(key))     // NFTA_META_KEY
+		e.n.Attr(1, be32(nftReg1)) // NFTA_META_DREG
 	})
 }
 
@@ -184,10 +186,10 @@ func (e *ruleEncoder) addrMatch(field string, neg bool, value string) error {
 
 // encodeRule compiles rule (canonical nft text) for family into the
 // NFTA_RULE_EXPRESSIONS list of n.
-func encodeRule(n *nlBuf, family, rule string) error {
+func encodeRule(n *nlmsg.Writer, family, rule string) error {
 	e := &ruleEncoder{n: n, family: family}
 	w := strings.Fields(rule)
-	list := n.nest(nftaRuleExpressions)
+	list := nest(n, nftaRuleExpressions)
 	for i := 0; i < len(w); {
 		switch {
 		case w[i] == family && i+2 < len(w) && (w[i+1] == "saddr" || w[i+1] == "daddr"):
@@ -227,8 +229,8 @@ func encodeRule(n *nlBuf, family, rule string) error {
 			e.metaLoad(nftMetaMark)
 			e.bitwise(binary.NativeEndian.AppendUint32(nil, ^uint32(v)), binary.NativeEndian.AppendUint32(nil, uint32(v)))
 			e.expr("meta", func() {
-				e.n.attr(2, be32(nftMetaMark)) // NFTA_META_KEY
-				e.n.attr(3, be32(nftReg1))     // NFTA_META_SREG
+				e.n.Attr(2, be32(nftMetaMark)) // NFTA_META_KEY
+				e.n.Attr(3, be32(nftReg1))     // NFTA_META_SREG
 			})
 			i += 7
 		case w[i] == "dnat":
@@ -240,7 +242,7 @@ func encodeRule(n *nlBuf, family, rule string) error {
 			return errNotEncodable
 		}
 	}
-	n.endNest(list)
+	n.EndNest(list)
 	return nil
 }
 
@@ -266,25 +268,25 @@ func (e *ruleEncoder) dnatMap(w []string) error {
 	}
 	set := rest[1][1:]
 	e.expr("numgen", func() {
-		e.n.attr(1, be32(nftReg1))        // NFTA_NG_DREG
-		e.n.attr(2, be32(uint32(mod)))    // NFTA_NG_MODULUS
-		e.n.attr(3, be32(nftNgRandom))    // NFTA_NG_TYPE
-		e.n.attr(4, be32(uint32(offset))) // NFTA_NG_OFFSET
+		e.n.Attr(1, be32(nftReg1))        // NFTA_NG_DREG
+		e.n.Attr(2, be32(uint32(mod)))    // NFTA_NG_MODULUS
+		e.n.Attr(3, be32(nftNgRandom))    // NFTA_NG_TYPE
+		e.n.Attr(4, be32(uint32(offset))) // NFTA_NG_OFFSET
 	})
 	e.expr("lookup", func() {
-		e.n.attr(1, cstring(set))  // NFTA_LOOKUP_SET
-		e.n.attr(2, be32(nftReg1)) // NFTA_LOOKUP_SREG
-		e.n.attr(3, be32(nftReg1)) // NFTA_LOOKUP_DREG
+		e.n.String(1, set)         // NFTA_LOOKUP_SET
+		e.n.Attr(2, be32(nftReg1)) // NFTA_LOOKUP_SREG
+		e.n.Attr(3, be32(nftReg1)) // NFTA_LOOKUP_DREG
 	})
 	fam, protoReg := uint32(unix.NFPROTO_IPV4), uint32(nftReg32_01)
 	if e.family == "ip6" {
 		fam, protoReg = unix.NFPROTO_IPV6, nftReg2 // the port follows 16 address bytes
 	}
 	e.expr("nat", func() {
-		e.n.attr(1, be32(nftNatDNAT)) // NFTA_NAT_TYPE
-		e.n.attr(2, be32(fam))        // NFTA_NAT_FAMILY
-		e.n.attr(3, be32(nftReg1))    // NFTA_NAT_REG_ADDR_MIN
-		e.n.attr(5, be32(protoReg))   // NFTA_NAT_REG_PROTO_MIN
+		e.n.Attr(1, be32(nftNatDNAT)) // NFTA_NAT_TYPE
+		e.n.Attr(2, be32(fam))        // NFTA_NAT_FAMILY
+		e.n.Attr(3, be32(nftReg1))    // NFTA_NAT_REG_ADDR_MIN
+		e.n.Attr(5, be32(protoReg))   // NFTA_NAT_REG_PROTO_MIN
 	})
 	return nil
 }

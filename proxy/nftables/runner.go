@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
+	"sync"
 
 	"github.com/nodenet/nodenet/internal/netnsutil"
+	"github.com/nodenet/nodenet/internal/nlmsg"
 )
 
 // Runner talks to nftables. Apply and Elements are each one atomic
@@ -31,16 +33,35 @@ type Runner interface {
 // ExecRunner runs the nft binary for rules and sends element changes over
 // netlink. Netns, when set, is the network namespace to program: a name
 // `ip netns` knows or a path (tests program throwaway namespaces so).
+//
+// The runner owns one nfnetlink socket, opened at its first netlink
+// transaction and kept open between transactions: closing a netlink socket
+// that has committed to nf_tables takes 10-15 ms, and the next commit in
+// that namespace waits for it. Close releases it. A zero ExecRunner (with
+// Netns set as wanted) is ready; use it through a pointer, and do not copy
+// it.
 type ExecRunner struct {
 	Netns string
+
+	mu   sync.Mutex
+	conn *nlmsg.Conn // nil until needed, and after the socket failed
+	nsID uint64      // inode of the namespace conn lives in (0: our own)
 }
 
-func (r ExecRunner) netnsPath() string {
-	if r.Netns == "" || strings.HasPrefix(r.Netns, "/") {
-		return r.Netns
+// Close releases the runner's netlink socket, if it has one. The runner
+// stays usable: its next netlink transaction opens a new socket.
+func (r *ExecRunner) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.conn == nil {
+		return nil
 	}
-	return "/var/run/netns/" + r.Netns
+	err := r.conn.Close()
+	r.conn = nil
+	return err
 }
+
+func (r *ExecRunner) netnsPath() string { return netnsutil.Path(r.Netns) }
 
 // ErrNotFound is returned when the nft binary is missing.
 var ErrNotFound = errors.New("nft binary not found")
@@ -48,7 +69,7 @@ var ErrNotFound = errors.New("nft binary not found")
 // nft runs the nft binary with args (and stdin, if not nil) in r's
 // namespace and returns its output. It starts nft from a thread switched
 // into the namespace: nft inherits it without an `ip netns exec` between.
-func (r ExecRunner) nft(ctx context.Context, stdin []byte, args ...string) ([]byte, error) {
+func (r *ExecRunner) nft(ctx context.Context, stdin []byte, args ...string) ([]byte, error) {
 	bin, err := exec.LookPath("nft")
 	if err != nil {
 		return nil, fmt.Errorf("run nft: %w", ErrNotFound)
@@ -71,18 +92,18 @@ func (r ExecRunner) nft(ctx context.Context, stdin []byte, args ...string) ([]by
 }
 
 // Apply implements Runner.
-func (r ExecRunner) Apply(ctx context.Context, script []byte) error {
+func (r *ExecRunner) Apply(ctx context.Context, script []byte) error {
 	_, err := r.nft(ctx, script, "-f", "-")
 	return err
 }
 
 // Batch implements Runner over netlink; a batch too big for one netlink
 // send, or with a rule the encoder does not know, goes through nft instead.
-func (r ExecRunner) Batch(ctx context.Context, family, table string, ops []Op) error {
+func (r *ExecRunner) Batch(ctx context.Context, family, table string, ops []Op) error {
 	if len(ops) == 0 {
 		return nil
 	}
-	err := sendBatch(r.netnsPath(), family, table, ops)
+	err := r.sendBatch(family, table, ops)
 	if !errors.Is(err, errBatchTooBig) && !errors.Is(err, errNotEncodable) {
 		return err
 	}
@@ -91,8 +112,8 @@ func (r ExecRunner) Batch(ctx context.Context, family, table string, ops []Op) e
 
 // RuleCount implements Runner with a netlink dump: cheap whatever the size
 // of the table, unlike any nft listing.
-func (r ExecRunner) RuleCount(_ context.Context, family, table, chain string) (int, error) {
-	return countRules(r.netnsPath(), family, table, chain)
+func (r *ExecRunner) RuleCount(_ context.Context, family, table, chain string) (int, error) {
+	return r.countRules(family, table, chain)
 }
 
 // opsScript renders ops as nft commands.
@@ -106,7 +127,7 @@ func opsScript(family, table string, ops []Op) []byte {
 }
 
 // List implements Runner.
-func (r ExecRunner) List(ctx context.Context, args ...string) ([]byte, error) {
+func (r *ExecRunner) List(ctx context.Context, args ...string) ([]byte, error) {
 	return r.nft(ctx, nil, args...)
 }
 

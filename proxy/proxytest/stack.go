@@ -7,6 +7,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 
+	"github.com/nodenet/nodenet/internal/cidrlist"
 	"github.com/nodenet/nodenet/proxy"
 )
 
@@ -24,7 +25,7 @@ const (
 // Service ClusterIP ranges the API server allocates from. IPv4 is listed
 // first so it stays the primary family: a Service that names no family is
 // IPv4, as before the topology became dual-stack.
-var serviceCIDRs = []string{"10.96.0.0/12", "fd00:10:96::/112"}
+var serviceCIDRs = cidrlist.MustParse("10.96.0.0/12", "fd00:10:96::/112")
 
 // Pod1v6 and Pod2v6 are the IPv6 addresses of the same two pods.
 var (

@@ -1,0 +1,17 @@
+// Package daemonset names what the DaemonSet manifest (daemonset/manifest)
+// and the image builder (daemonset/image) must agree on: the image's name
+// and where the binaries sit in it. It is a leaf, so the product binary
+// can render the manifest without linking the image builder.
+package daemonset
+
+import "github.com/nodenet/nodenet/internal/version"
+
+// DefaultImage is the name the image is built and loaded as, and the image
+// daemonset/nodenet.yaml runs.
+const DefaultImage = "nodenet/nodenet:" + version.Kubernetes + "-nodenet"
+
+// Binary paths inside the image.
+const (
+	NodenetPath    = "/usr/local/bin/nodenet"
+	NodenetCNIPath = "/usr/local/bin/nodenet-cni"
+)
