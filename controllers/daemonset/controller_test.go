@@ -134,6 +134,18 @@ func TestPodsReplaced(t *testing.T) {
 		t.Errorf("no %s event", reasonFailedPod)
 	}
 
+	// A pod relabelled out of the selector is released (no longer owned)
+	// and its node gets a new one.
+	moved := e.nodesOf("agent")["n1"][0]
+	if _, err := e.client.CoreV1().Pods(ns).Patch(e.ctx(), moved.Name, types.MergePatchType, []byte(`{"metadata":{"labels":{"app":"debug"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testapi.Eventually(t, timeout, "the relabelled pod released and replaced", func() bool {
+		p, err := e.client.CoreV1().Pods(ns).Get(e.ctx(), moved.Name, metav1.GetOptions{})
+		pods := e.nodesOf("agent")["n1"]
+		return err == nil && metav1.GetControllerOf(p) == nil && len(pods) == 1 && ready(pods[0])
+	})
+
 	// An orphan that matches, made from the current template (a DaemonSet
 	// deleted with --cascade=orphan elsewhere and recreated, say): adopted,
 	// and no second pod is started beside it. Its node keeps the

@@ -55,6 +55,13 @@ type kubelet struct {
 	mu     sync.Mutex
 	held   map[string]bool // pods start but do not turn Ready
 	gone   map[string]bool // nothing happens to pods at all
+	errs   []error         // failed writes, reported when the test ends
+}
+
+func (k *kubelet) fail(err error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.errs = append(k.errs, err)
 }
 
 func startKubelet(t *testing.T, client kubernetes.Interface) *kubelet {
@@ -73,6 +80,9 @@ func startKubelet(t *testing.T, client kubernetes.Interface) *kubelet {
 	t.Cleanup(func() {
 		cancel()
 		factory.Shutdown()
+		for _, err := range k.errs {
+			t.Errorf("kubelet: %v", err)
+		}
 	})
 	return k
 }
@@ -86,7 +96,7 @@ func (k *kubelet) handle(ctx context.Context, p *corev1.Pod) {
 	case p.DeletionTimestamp != nil:
 		err := k.client.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64), Preconditions: &metav1.Preconditions{UID: &p.UID}})
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) && ctx.Err() == nil {
-			panic(fmt.Sprintf("kubelet: finish deleting %s: %v", p.Name, err))
+			k.fail(fmt.Errorf("finish deleting %s: %w", p.Name, err))
 		}
 	case p.Spec.NodeName == "" || ready(p) || p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded:
 	case k.isHeld(p.Spec.NodeName):
@@ -110,7 +120,7 @@ func (k *kubelet) setStatus(ctx context.Context, p *corev1.Pod, isReady bool) {
 	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status, LastTransitionTime: metav1.Now()}}
 	_, err := k.client.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, p, metav1.UpdateOptions{})
 	if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) && ctx.Err() == nil {
-		panic(fmt.Sprintf("kubelet: status of %s: %v", p.Name, err))
+		k.fail(fmt.Errorf("status of %s: %w", p.Name, err))
 	}
 }
 
