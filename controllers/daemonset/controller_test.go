@@ -2,7 +2,9 @@ package daemonset
 
 import (
 	"context"
+	"os"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -13,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/nodenet/nodenet/internal/testapi"
 )
@@ -421,5 +425,72 @@ func TestDaemonSetDeleted(t *testing.T) {
 	})
 	if _, err := e.client.AppsV1().DaemonSets(ns).Get(e.ctx(), "agent", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("daemonset after delete: %v", err)
+	}
+}
+
+// TestNodenetManifest: the DaemonSet users apply (daemonset/nodenet.yaml)
+// runs on every node, tainted ones included (it tolerates everything),
+// and rolls on a restart.
+func TestNodenetManifest(t *testing.T) {
+	e := start(t)
+	data, err := os.ReadFile("../../daemonset/nodenet.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds *appsv1.DaemonSet
+	for _, doc := range strings.Split(string(data), "\n---\n") {
+		var probe metav1.TypeMeta
+		if err := yaml.Unmarshal([]byte(doc), &probe); err != nil {
+			t.Fatal(err)
+		}
+		if probe.Kind == "DaemonSet" {
+			ds = &appsv1.DaemonSet{}
+			if err := yaml.UnmarshalStrict([]byte(doc), ds); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if ds == nil {
+		t.Fatal("no DaemonSet in daemonset/nodenet.yaml")
+	}
+	if _, err := e.client.CoreV1().Namespaces().Create(e.ctx(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ds.Namespace}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.createNode("n1")
+	e.createNode("n2", tainted("dedicated", corev1.TaintEffectNoExecute), tainted(corev1.TaintNodeNetworkUnavailable, corev1.TaintEffectNoSchedule))
+	dsc := e.client.AppsV1().DaemonSets(ds.Namespace)
+	if _, err := dsc.Create(e.ctx(), ds, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	done := rolledOut(2)
+	wait := func(what string) {
+		t.Helper()
+		testapi.Eventually(t, timeout, what, func() bool {
+			cur, err := dsc.Get(e.ctx(), ds.Name, metav1.GetOptions{})
+			return err == nil && cur.Status.ObservedGeneration == cur.Generation && done(cur.Status)
+		})
+	}
+	wait("nodenet on both nodes")
+	restart := `{"spec":{"template":{"metadata":{"annotations":{"kubectl.kubernetes.io/restartedAt":"2026-01-01T00:00:00Z"}}}}}`
+	if _, err := dsc.Patch(e.ctx(), ds.Name, types.StrategicMergePatchType, []byte(restart), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	wait("nodenet restarted on both nodes")
+	pods, err := e.client.CoreV1().Pods(ds.Namespace).List(e.ctx(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nodes []string
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil {
+			nodes = append(nodes, p.Spec.NodeName)
+			if !p.Spec.HostNetwork || p.Annotations["kubectl.kubernetes.io/restartedAt"] == "" || len(p.Spec.InitContainers) != 1 {
+				t.Errorf("pod %s: hostNetwork %v annotations %v init containers %d", p.Name, p.Spec.HostNetwork, p.Annotations, len(p.Spec.InitContainers))
+			}
+		}
+	}
+	slices.Sort(nodes)
+	if !slices.Equal(nodes, []string{"n1", "n2"}) {
+		t.Errorf("nodenet pods on %v, want one on n1 and n2", nodes)
 	}
 }
