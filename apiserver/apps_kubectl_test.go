@@ -39,13 +39,7 @@ func testKubectlDaemonSet(t *testing.T, ts *testServer, k *kubectlCmd) {
 	dsc := ts.client.AppsV1().DaemonSets(ns)
 
 	t.Run("api-resources", func(t *testing.T) {
-		out := k.ok(t, "api-resources")
-		_, rows := kubectlTable(t, out)
-		got := map[string]map[string]string{}
-		for _, r := range rows {
-			got[r["NAME"]+" "+r["APIVERSION"]] = r
-		}
-		for _, w := range []struct{ name, gv, namespaced, kind, short string }{
+		wantAPIResources(t, k.ok(t, "api-resources"), []apiResourceRow{
 			{"daemonsets", "apps/v1", "true", "DaemonSet", "ds"},
 			{"controllerrevisions", "apps/v1", "true", "ControllerRevision", ""},
 			{"serviceaccounts", "v1", "true", "ServiceAccount", "sa"},
@@ -53,16 +47,7 @@ func testKubectlDaemonSet(t *testing.T, ts *testServer, k *kubectlCmd) {
 			{"clusterrolebindings", "rbac.authorization.k8s.io/v1", "false", "ClusterRoleBinding", ""},
 			{"roles", "rbac.authorization.k8s.io/v1", "true", "Role", ""},
 			{"rolebindings", "rbac.authorization.k8s.io/v1", "true", "RoleBinding", ""},
-		} {
-			r := got[w.name+" "+w.gv]
-			if r == nil {
-				t.Errorf("api-resources: no row for %s %s:\n%s", w.name, w.gv, out)
-				continue
-			}
-			if r["NAMESPACED"] != w.namespaced || r["KIND"] != w.kind || r["SHORTNAMES"] != w.short {
-				t.Errorf("api-resources %s %s: got %v, want namespaced=%s kind=%s shortnames=%q", w.name, w.gv, r, w.namespaced, w.kind, w.short)
-			}
-		}
+		})
 	})
 
 	objects := func(verb string) []string {

@@ -208,6 +208,29 @@ func wantContains(t *testing.T, what, out string, want ...string) {
 	}
 }
 
+// apiResourceRow is a row `kubectl api-resources` must print; short "*"
+// leaves the short names unchecked.
+type apiResourceRow struct{ name, gv, namespaced, kind, short string }
+
+func wantAPIResources(t *testing.T, out string, want []apiResourceRow) {
+	t.Helper()
+	_, rows := kubectlTable(t, out)
+	got := map[string]map[string]string{}
+	for _, r := range rows {
+		got[r["NAME"]+" "+r["APIVERSION"]] = r
+	}
+	for _, w := range want {
+		r := got[w.name+" "+w.gv]
+		if r == nil {
+			t.Errorf("api-resources: no row for %s %s:\n%s", w.name, w.gv, out)
+			continue
+		}
+		if r["NAMESPACED"] != w.namespaced || r["KIND"] != w.kind || (w.short != "*" && r["SHORTNAMES"] != w.short) {
+			t.Errorf("api-resources %s %s: got %v, want namespaced=%s kind=%s shortnames=%q", w.name, w.gv, r, w.namespaced, w.kind, w.short)
+		}
+	}
+}
+
 // kubectlManifest is applied with `kubectl apply -f`: every kind the server
 // serves that an application would ship.
 func kubectlManifest(ns, color string) string {
@@ -315,12 +338,7 @@ func testKubectlClient(t *testing.T, ts *testServer, k *kubectlCmd, suffix strin
 	t.Run("api-resources", func(t *testing.T) {
 		out := k.ok(t, "api-resources")
 		wantColumns(t, "api-resources", out, "NAME", "SHORTNAMES", "APIVERSION", "NAMESPACED", "KIND")
-		_, rows := kubectlTable(t, out)
-		got := map[string]map[string]string{}
-		for _, r := range rows {
-			got[r["NAME"]+" "+r["APIVERSION"]] = r
-		}
-		for _, w := range []struct{ name, gv, namespaced, kind, short string }{
+		wantAPIResources(t, out, []apiResourceRow{
 			{"pods", "v1", "true", "Pod", "po"},
 			{"services", "v1", "true", "Service", "svc"},
 			{"endpointslices", "discovery.k8s.io/v1", "true", "EndpointSlice", ""},
@@ -332,16 +350,7 @@ func testKubectlClient(t *testing.T, ts *testServer, k *kubectlCmd, suffix strin
 			// kube-apiserver gives events.k8s.io events the short name
 			// "ev" too; do not pin it here.
 			{"events", "events.k8s.io/v1", "true", "Event", "*"},
-		} {
-			r := got[w.name+" "+w.gv]
-			if r == nil {
-				t.Errorf("api-resources: no row for %s %s:\n%s", w.name, w.gv, out)
-				continue
-			}
-			if r["NAMESPACED"] != w.namespaced || r["KIND"] != w.kind || (w.short != "*" && r["SHORTNAMES"] != w.short) {
-				t.Errorf("api-resources %s %s: got %v, want namespaced=%s kind=%s shortnames=%q", w.name, w.gv, r, w.namespaced, w.kind, w.short)
-			}
-		}
+		})
 	})
 
 	// apply: created, unchanged, configured.

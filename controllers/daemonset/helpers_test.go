@@ -245,21 +245,17 @@ func (e *env) setImage(name, image string) *appsv1.DaemonSet {
 
 // pods lists the pods of a DaemonSet (by its app label).
 func (e *env) pods(name string) []*corev1.Pod {
-	e.t.Helper()
-	list, err := e.client.CoreV1().Pods(ns).List(e.ctx(), metav1.ListOptions{LabelSelector: "app=" + name})
-	if err != nil {
-		e.t.Fatalf("list pods: %v", err)
-	}
-	out := make([]*corev1.Pod, len(list.Items))
-	for i := range list.Items {
-		out[i] = &list.Items[i]
-	}
-	return out
+	return e.listPods(metav1.ListOptions{LabelSelector: "app=" + name})
 }
 
+// podsOn lists every pod bound to node.
 func (e *env) podsOn(node string) []*corev1.Pod {
+	return e.listPods(metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String()})
+}
+
+func (e *env) listPods(opts metav1.ListOptions) []*corev1.Pod {
 	e.t.Helper()
-	list, err := e.client.CoreV1().Pods(ns).List(e.ctx(), metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.nodeName", node).String()})
+	list, err := e.client.CoreV1().Pods(ns).List(e.ctx(), opts)
 	if err != nil {
 		e.t.Fatalf("list pods: %v", err)
 	}
