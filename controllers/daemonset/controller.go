@@ -138,14 +138,7 @@ func metaOf(obj any) (metav1.Object, error) {
 	return m, nil
 }
 
-func (c *Controller) enqueue(obj any) {
-	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
-	if err != nil {
-		utilruntime.HandleError(err)
-		return
-	}
-	c.queue.Add(key)
-}
+func (c *Controller) enqueue(obj any) { ctrlutil.Enqueue(c.queue, obj) }
 
 // enqueueOwner queues the DaemonSet an object's controller reference names.
 func (c *Controller) enqueueOwner(obj any) {

@@ -74,3 +74,20 @@ func TestAddHandlers(t *testing.T) {
 		t.Errorf("handler saw %v before sync, want [s]", seen)
 	}
 }
+
+func TestEnqueue(t *testing.T) {
+	q := NewQueue("test")
+	defer q.ShutDown()
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "ns"}}
+	Enqueue(q, svc)
+	Enqueue(q, cache.DeletedFinalStateUnknown{Key: "ns/gone", Obj: svc})
+	var got []string
+	for q.Len() > 0 {
+		k, _ := q.Get()
+		got = append(got, k)
+		q.Done(k)
+	}
+	if !slices.Equal(got, []string{"ns/s", "ns/gone"}) {
+		t.Errorf("queued %v, want [ns/s ns/gone]", got)
+	}
+}
