@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
@@ -18,6 +17,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/nodenet/nodenet/controllers/internal/ctrlutil"
+	"github.com/nodenet/nodenet/internal/periodic"
 )
 
 // syncKey is the only queue key: the table is reconciled as a whole, so
@@ -113,16 +113,7 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 		})
 	}
 	c.queue.Add(syncKey) // even with no nodes: stale routes must go
-	ticker := time.NewTicker(c.period)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-			c.queue.Add(syncKey)
-		}
-	}
+	periodic.Every(ctx, c.period, func(context.Context) { c.queue.Add(syncKey) })
 }
 
 func (c *Controller) processNext(ctx context.Context) bool {
