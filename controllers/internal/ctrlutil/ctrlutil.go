@@ -5,6 +5,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -64,4 +65,26 @@ func AddHandlers(controller string, handlers ...Handler) ([]cache.InformerSynced
 		synced = append(synced, reg.HasSynced)
 	}
 	return synced, nil
+}
+
+// OnChange returns handlers calling fn with the object of every add, update
+// (the new object) and delete: for controllers that only need to know which
+// object changed, not how.
+func OnChange(fn func(obj any)) cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    fn,
+		UpdateFunc: func(_, obj any) { fn(obj) },
+		DeleteFunc: fn,
+	}
+}
+
+// Enqueue adds obj's namespace/name key to queue; a deleted object's
+// tombstone yields the key of the object it stands for.
+func Enqueue(queue workqueue.TypedInterface[string], obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		utilruntime.HandleError(err)
+		return
+	}
+	queue.Add(key)
 }

@@ -74,3 +74,25 @@ func TestAddHandlers(t *testing.T) {
 		t.Errorf("handler saw %v before sync, want [s]", seen)
 	}
 }
+
+func TestEnqueueAndOnChange(t *testing.T) {
+	q := NewQueue("test")
+	defer q.ShutDown()
+	h := OnChange(func(obj any) { Enqueue(q, obj) })
+	svc := func(name string) *corev1.Service {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"}}
+	}
+	h.OnAdd(svc("added"), false)
+	h.OnUpdate(svc("old"), svc("updated"))
+	h.OnDelete(cache.DeletedFinalStateUnknown{Key: "ns/deleted", Obj: svc("deleted")})
+	Enqueue(q, "not an object") // logged and dropped
+	var got []string
+	for q.Len() > 0 {
+		k, _ := q.Get()
+		got = append(got, k)
+		q.Done(k)
+	}
+	if want := []string{"ns/added", "ns/updated", "ns/deleted"}; !slices.Equal(got, want) {
+		t.Errorf("queued %v, want %v", got, want)
+	}
+}
