@@ -81,9 +81,7 @@ func randName() string {
 // upCluster runs `nodenet up` as a real process and returns the admin
 // kubeconfig; cleanup stops it and checks nothing is left behind.
 func upCluster(t *testing.T, backend, proxyMode string) (name, dir, bin string) {
-	if testing.Short() {
-		t.Skip("-short: starts a local cluster; make test runs it")
-	}
+	nettest.SkipShort(t, "starts a local cluster")
 	nettest.RequirePrivileged(t)
 	bin = filepath.Join(binaries(t), "nodenet")
 	name, dir = randName(), t.TempDir()
@@ -533,9 +531,7 @@ func TestDownStopsLiveUp(t *testing.T) {
 // components running in their namespaces and its state behind; that is
 // not a live cluster, and the next `up` removes it and starts.
 func TestUpCleansUpAfterKilledUp(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: starts a local cluster; make test runs it")
-	}
+	nettest.SkipShort(t, "starts a local cluster")
 	nettest.RequirePrivileged(t)
 	bin := filepath.Join(binaries(t), "nodenet")
 	name, dir := randName(), t.TempDir()

@@ -105,9 +105,7 @@ func forwardInto(t *testing.T, ns *nettest.NS, target string) string {
 // startNode runs an API server and one agent with a CNI network.
 func startNode(t *testing.T) *testNode {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("-short: runs a node agent with pods in namespaces; make test runs it")
-	}
+	nettest.SkipShort(t, "runs a node agent with pods in namespaces")
 	ns := nettest.New(t)
 	bin := testbin.Build(t)
 	srv := testapi.Start(t, func(c *apiserver.Config) { c.DialNode = dialIn(ns) })

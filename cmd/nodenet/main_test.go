@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/internal/testapi"
 )
 
@@ -73,9 +74,7 @@ func startNodenet(t *testing.T, args ...string) *process {
 }
 
 func TestControllerManagerLeaderElection(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: runs controller-manager processes; make test runs it")
-	}
+	nettest.SkipShort(t, "runs controller-manager processes")
 	s := testapi.Start(t)
 	ctx := testapi.Context(t)
 	kubeconfig := s.KubeconfigPath()
