@@ -15,6 +15,8 @@ func OpenHandle(ns string) (*netlink.Handle, error) {
 	if err != nil {
 		return nil, err
 	}
+	// netlink calls cannot take a ctx; a bound keeps a wedged request from
+	// blocking a controller's worker forever.
 	if err := h.SetSocketTimeout(socketTimeout); err != nil {
 		h.Close()
 		return nil, fmt.Errorf("set netlink socket timeout: %w", err)
