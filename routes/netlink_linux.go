@@ -33,14 +33,11 @@ func NewNetlinkTable(ns string, tableID int, proto netlink.RouteProtocol) (*Netl
 	if err != nil {
 		return nil, err
 	}
-	h, err := OpenHandle(ns)
+	h, label, err := openTable(ns)
 	if err != nil {
 		return nil, err
 	}
-	if ns == "" {
-		ns = "(own)"
-	}
-	return &NetlinkTable{owner: o, h: h, ns: ns}, nil
+	return &NetlinkTable{owner: o, h: h, ns: label}, nil
 }
 
 // Close releases the netlink socket. The routes stay.
