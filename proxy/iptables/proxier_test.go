@@ -1,18 +1,16 @@
 package iptables
 
 import (
-	ipt "github.com/nodenet/nodenet/internal/iptables"
-
 	"context"
 	"flag"
 	"fmt"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	ipt "github.com/nodenet/nodenet/internal/iptables"
 	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/proxy"
 	"github.com/nodenet/nodenet/proxy/proxytest"
@@ -23,20 +21,10 @@ var update = flag.Bool("update", false, "rewrite golden files")
 func TestMain(m *testing.M) { os.Exit(nettest.CheckNoLeaks(m)) }
 
 func TestGoldenRules(t *testing.T) {
-	for _, fam := range []proxy.Family{proxy.IPv4, proxy.IPv6} {
-		t.Run(fam.String(), func(t *testing.T) {
-			f := ipt.NewFake()
-			p := New(fam, f, nil)
-			res, err := p.Sync(context.Background(), proxytest.Snapshot(fam, proxytest.GoldenServices(fam)...), proxytest.Full)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if res.Written == 0 || res.Total < res.Written {
-				t.Errorf("result %+v", res)
-			}
-			proxytest.Golden(t, filepath.Join("testdata", "golden-"+strings.ToLower(fam.String())+".txt"), f.Dump(), *update)
-		})
-	}
+	proxytest.CheckGoldenRules(t, ".txt", *update, func(_ *testing.T, fam proxy.Family) (proxy.DataPlane, func() string) {
+		f := ipt.NewFake()
+		return New(fam, f, nil), f.Dump
+	})
 }
 
 func v4(s string) netip.Addr { return netip.MustParseAddr(s) }

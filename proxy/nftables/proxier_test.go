@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,20 +29,15 @@ func famName(fam proxy.Family) string {
 }
 
 func TestGoldenRuleset(t *testing.T) {
-	for _, fam := range []proxy.Family{proxy.IPv4, proxy.IPv6} {
-		t.Run(fam.String(), func(t *testing.T) {
-			f := NewFake()
-			p := New(fam, f, nil)
-			res, err := p.Sync(context.Background(), proxytest.Snapshot(fam, proxytest.GoldenServices(fam)...), proxytest.Full)
-			if err != nil {
-				t.Fatalf("%v\n%s", err, f.LastScript)
+	proxytest.CheckGoldenRules(t, ".nft", *update, func(t *testing.T, fam proxy.Family) (proxy.DataPlane, func() string) {
+		f := NewFake()
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("last script:\n%s", f.LastScript)
 			}
-			if res.Written == 0 || res.Total < res.Written {
-				t.Errorf("result %+v", res)
-			}
-			proxytest.Golden(t, filepath.Join("testdata", "golden-"+strings.ToLower(fam.String())+".nft"), f.Dump(), *update)
 		})
-	}
+		return New(fam, f, nil), f.Dump
+	})
 }
 
 func TestTracer(t *testing.T) {
