@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/internal/testapi"
 )
 
@@ -117,7 +118,7 @@ func testKubectlDaemonSet(t *testing.T, ts *testServer, k *kubectlCmd) {
 		// A watching `rollout status` ends when the status says done.
 		wctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
-		var stdout, stderr syncBuffer
+		var stdout, stderr nettest.Buffer
 		cmd := k.command(wctx, "rollout", "status", "daemonset/nodenet", "-n", ns)
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		if err := cmd.Start(); err != nil {

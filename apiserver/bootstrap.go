@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/nodenet/nodenet/apiserver/storage"
+	"github.com/nodenet/nodenet/internal/periodic"
 )
 
 // systemNamespaces exist from the first start, as in every cluster.
@@ -93,15 +94,8 @@ func ptr[T any](v T) *T { return &v }
 // compactLoop compacts etcd history older than one interval, as
 // kube-apiserver does, so the database does not grow without bound.
 func (s *Server) compactLoop(ctx context.Context) {
-	t := time.NewTicker(s.cfg.CompactionInterval)
-	defer t.Stop()
 	var last int64
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	periodic.Every(ctx, s.cfg.CompactionInterval, func(ctx context.Context) {
 		if last > 0 {
 			if err := s.Compact(ctx, last); err != nil {
 				s.log.Warn("etcd compaction failed", "rev", last, "err", err)
@@ -111,7 +105,7 @@ func (s *Server) compactLoop(ctx context.Context) {
 		if err == nil {
 			last = rev
 		}
-	}
+	})
 }
 
 // Compact discards etcd history before rev. Watches and exact reads older
@@ -127,40 +121,26 @@ func (s *Server) Compact(ctx context.Context, rev int64) error {
 // bookmarkLoop makes caches send bookmarks, so that watchers of quiet
 // resources learn a fresh resourceVersion to resume from.
 func (s *Server) bookmarkLoop(ctx context.Context) {
-	t := time.NewTicker(s.cfg.BookmarkInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	periodic.Every(ctx, s.cfg.BookmarkInterval, func(ctx context.Context) {
 		for _, r := range s.resources {
 			if r.storedAs == nil {
 				r.cache.RequestBookmarks(ctx)
 			}
 		}
-	}
+	})
 }
 
 // reloadAllocations refreshes the allocator's hints from etcd; they drift
 // when another API server shares the etcd, or after failed creates.
 func (s *Server) reloadAllocations(ctx context.Context) {
-	t := time.NewTicker(time.Minute)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	periodic.Every(ctx, time.Minute, func(ctx context.Context) {
 		if err := s.services.load(ctx, s.client); err != nil {
 			s.log.Warn("reload service allocations", "err", err)
 		}
 		if err := s.repairIPAddresses(ctx); err != nil {
 			s.log.Warn("repair IPAddresses", "err", err)
 		}
-	}
+	})
 }
 
 // loopbackURLs picks two free loopback ports for embedded etcd.

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/nodenet/nodenet/controllers/endpoints"
+	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/internal/testapi"
 )
 
@@ -22,9 +23,7 @@ import (
 // issue 11 found missing: ServiceCIDRs and IPAddresses, Endpoints (filled
 // by the endpoints controller), auth can-i and auth whoami.
 func TestKubectlUpstreamResources(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: runs kubectl over every upstream resource; make test runs it")
-	}
+	nettest.SkipShort(t, "runs kubectl over every upstream resource")
 	bins := kubectlBinaries(t)
 	ts, _ := startServerWithAlice(t)
 	ctx := ctxT(t)

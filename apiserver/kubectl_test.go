@@ -23,6 +23,7 @@ import (
 
 	"github.com/nodenet/nodenet/apiserver"
 	"github.com/nodenet/nodenet/internal/kubectltest"
+	"github.com/nodenet/nodenet/internal/nettest"
 )
 
 // The oldest and the newest supported kubectl clients are exercised in
@@ -106,24 +107,6 @@ func (k *kubectlCmd) fails(t *testing.T, args ...string) string {
 }
 
 var errWatchNoExit = errors.New("kubectl get -w did not exit after being killed")
-
-// syncBuffer collects the output of a background process.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // kubectlTable parses kubectl's column output: the header's column names are
 // separated by at least two spaces (tabwriter pads with three) and rows are
@@ -527,8 +510,8 @@ func testKubectlClient(t *testing.T, ts *testServer, k *kubectlCmd, suffix strin
 
 	t.Run("get -w", func(t *testing.T) {
 		wctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		var out syncBuffer
-		var errOut syncBuffer
+		var out nettest.Buffer
+		var errOut nettest.Buffer
 		cmd := k.command(wctx, "get", "configmaps", "-n", ns, "-w")
 		cmd.Stdout, cmd.Stderr = &out, &errOut
 		if err := cmd.Start(); err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/nodenet/nodenet/internal/kubectltest"
+	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/internal/version"
 )
 
@@ -15,9 +16,7 @@ import (
 // only the oldest and newest that TestKubectl exercises in depth) through a
 // few everyday commands, so the client range the README states is tested.
 func TestKubectlEveryVersionSmoke(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: runs every kubectl version; make test runs it")
-	}
+	nettest.SkipShort(t, "runs every kubectl version")
 	kubectlBinaries(t)        // the versions TestKubectl needs are among them
 	all := kubectltest.All(t) // skips, or fails in CI, without the clients
 	versions := slices.Sorted(maps.Keys(all))

@@ -16,6 +16,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/nodenet/nodenet/internal/nettest"
 )
 
 func TestNamespaceDeletionEmptiesIt(t *testing.T) {
@@ -161,9 +163,7 @@ func TestNamespaceDeletionEmptiesIt(t *testing.T) {
 // creating objects in them: every create is either refused or removed with
 // the namespace — nothing may outlive it.
 func TestNamespaceDeletionRacingCreates(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: a race stress test; make test runs it")
-	}
+	nettest.SkipShort(t, "a race stress test")
 	ts := startServer(t)
 	ctx := ctxT(t)
 	c := ts.client

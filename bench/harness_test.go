@@ -10,15 +10,15 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodenet/nodenet/internal/nettest"
 )
 
 // TestHarnessSmoke runs every scenario at tiny scale against a real server
 // process and checks that the harness counts right. It checks no timings:
 // performance figures come from the benchmarks.
 func TestHarnessSmoke(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: builds and loads a real API server process; make test runs it")
-	}
+	nettest.SkipShort(t, "builds and loads a real API server process")
 	const (
 		n        = 50
 		workers  = 8
@@ -136,9 +136,7 @@ func TestHarnessSmoke(t *testing.T) {
 // TestStartFailureLeavesNothing: a server that cannot start is reported with
 // its log, and neither its process nor its temp dir survive.
 func TestStartFailureLeavesNothing(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: builds and starts API server processes; make test runs it")
-	}
+	nettest.SkipShort(t, "builds and starts API server processes")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	bin, err := BuildBinary(ctx, t.TempDir())

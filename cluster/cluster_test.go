@@ -55,23 +55,6 @@ func binaries(t *testing.T) string {
 	return binDir
 }
 
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func randName() string {
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
@@ -81,13 +64,11 @@ func randName() string {
 // upCluster runs `nodenet up` as a real process and returns the admin
 // kubeconfig; cleanup stops it and checks nothing is left behind.
 func upCluster(t *testing.T, backend, proxyMode string) (name, dir, bin string) {
-	if testing.Short() {
-		t.Skip("-short: starts a local cluster; make test runs it")
-	}
+	nettest.SkipShort(t, "starts a local cluster")
 	nettest.RequirePrivileged(t)
 	bin = filepath.Join(binaries(t), "nodenet")
 	name, dir = randName(), t.TempDir()
-	out := &syncBuf{}
+	out := &nettest.Buffer{}
 	cmd := exec.Command(bin, "up", "--nodes", "3", "--backend", backend, "--dir", dir, "--name", name, "--api-port", "0", "--proxy-mode", proxyMode)
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -384,7 +365,7 @@ func TestMain(m *testing.M) {
 func runUp(t *testing.T, bin string, args ...string) (string, error) {
 	t.Helper()
 	cmd := exec.Command(bin, append([]string{"up"}, args...)...)
-	out := &syncBuf{}
+	out := &nettest.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -533,9 +514,7 @@ func TestDownStopsLiveUp(t *testing.T) {
 // components running in their namespaces and its state behind; that is
 // not a live cluster, and the next `up` removes it and starts.
 func TestUpCleansUpAfterKilledUp(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: starts a local cluster; make test runs it")
-	}
+	nettest.SkipShort(t, "starts a local cluster")
 	nettest.RequirePrivileged(t)
 	bin := filepath.Join(binaries(t), "nodenet")
 	name, dir := randName(), t.TempDir()
@@ -547,7 +526,7 @@ func TestUpCleansUpAfterKilledUp(t *testing.T) {
 	})
 	args := []string{"up", "--nodes", "1", "--dir", dir, "--name", name, "--api-port", "0", "--proxy-mode", "none"}
 	cmd := exec.Command(bin, args...)
-	out := &syncBuf{}
+	out := &nettest.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

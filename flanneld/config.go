@@ -60,7 +60,8 @@ type BackendConfig struct {
 	MTU int
 	// TxChecksumOffload is what to do with the vxlan devices' TX checksum
 	// offload: TxChecksumAuto (the default), TxChecksumOn or
-	// TxChecksumOff; see txcsum_linux.go.
+	// TxChecksumOff; see txcsum_linux.go. It is a nodenet extension, named
+	// in upstream's style; upstream flanneld ignores unknown backend keys.
 	TxChecksumOffload string
 }
 
@@ -127,17 +128,6 @@ type rawConfig struct {
 	IPv6SubnetMin  string
 	IPv6SubnetMax  string
 	Backend        json.RawMessage
-}
-
-type rawBackend struct {
-	Type          string
-	VNI           int
-	Port          int
-	DirectRouting bool
-	MTU           int
-	// TxChecksumOffload is a nodenet extension, named in upstream's
-	// style; upstream flanneld ignores unknown backend keys.
-	TxChecksumOffload string
 }
 
 var knownKeys = []string{"Network", "IPv6Network", "Networks", "IPv6Networks", "EnableIPv4", "EnableIPv6",
@@ -300,7 +290,9 @@ func parseBackend(raw json.RawMessage) (BackendConfig, error) {
 		b.VNI, b.Port, b.TxChecksumOffload = DefaultVNI, DefaultVXLANPort, TxChecksumAuto
 		return b, nil
 	}
-	var rb rawBackend
+	// The JSON keys are the field names; rb keeps what the user wrote,
+	// b gets the defaults.
+	var rb BackendConfig
 	if err := json.Unmarshal(raw, &rb); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
@@ -308,7 +300,7 @@ func parseBackend(raw json.RawMessage) (BackendConfig, error) {
 		}
 		return b, cfgErr("Backend", "want an object: %v", err)
 	}
-	b = BackendConfig{Type: rb.Type, VNI: rb.VNI, Port: rb.Port, DirectRouting: rb.DirectRouting, MTU: rb.MTU}
+	b = rb
 	switch b.Type {
 	case BackendHostGW, BackendVXLAN:
 	case "":

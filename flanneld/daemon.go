@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/nodenet/nodenet/internal/periodic"
 	"github.com/nodenet/nodenet/subnetenv"
 )
 
@@ -466,18 +467,11 @@ func (d *Daemon) loop(ctx context.Context, sm subnetManager, masq masquerader, s
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			t := time.NewTicker(d.opts.IPTablesResync)
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-					if err := d.syncMasq(ctx, masq); err != nil && ctx.Err() == nil {
-						d.log.Error("sync masquerade rules", "err", err)
-					}
+			periodic.Every(ctx, d.opts.IPTablesResync, func(ctx context.Context) {
+				if err := d.syncMasq(ctx, masq); err != nil && ctx.Err() == nil {
+					d.log.Error("sync masquerade rules", "err", err)
 				}
-			}
+			})
 		}()
 	}
 	if err := sm.Keep(ctx); err != nil {

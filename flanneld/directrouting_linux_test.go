@@ -19,9 +19,7 @@ import (
 // end-to-end test of the nftables masquerade backend (and of the iptables
 // one being left empty).
 func TestVXLANDirectRouting(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: daemons on several node namespaces; make test runs it")
-	}
+	nettest.SkipShort(t, "daemons on several node namespaces")
 	nettest.RequirePrivileged(t)
 	nettest.RequireTool(t, "nft")
 	api := testapi.Start(t)

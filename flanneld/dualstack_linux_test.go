@@ -13,9 +13,7 @@ import (
 // over IPv4 and IPv6, subnet.env carries both families, and the IPv6
 // masquerade rules are in ip6tables.
 func TestDualStack(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: daemons on several node namespaces; make test runs it")
-	}
+	nettest.SkipShort(t, "daemons on several node namespaces")
 	nettest.RequirePrivileged(t)
 	api := testapi.Start(t)
 	startIPAM(t, api, "10.247.0.0/16", "fd00:10:247::/56")

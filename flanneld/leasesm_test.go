@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/internal/testapi"
 )
 
@@ -85,9 +86,7 @@ func TestLeaseRace(t *testing.T) {
 // it and stops renewing; B waits and takes it over once A's TTL has run
 // out, and A then learns it lost the lease.
 func TestLeaseExpiredIsReclaimed(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: waits for a lease to expire; make test runs it")
-	}
+	nettest.SkipShort(t, "waits for a lease to expire")
 	s := testapi.Start(t)
 	ctx := testapi.Context(t)
 	cfg := mustConfig(t, `{"Network":"10.251.0.0/16","SubnetMin":"10.251.9.0","SubnetMax":"10.251.9.0","Backend":{"Type":"host-gw"}}`)
@@ -129,9 +128,7 @@ func TestLeaseExpiredIsReclaimed(t *testing.T) {
 // a restarted one (same holder, or only subnet.env's memory of it) gets
 // the same subnet back.
 func TestLeaseRenewAndReuse(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: waits for lease renewals; make test runs it")
-	}
+	nettest.SkipShort(t, "waits for lease renewals")
 	s := testapi.Start(t)
 	ctx := testapi.Context(t)
 	cfg := mustConfig(t, `{"Network":"10.252.0.0/16","Backend":{"Type":"host-gw"}}`)

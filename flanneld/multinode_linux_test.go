@@ -29,9 +29,7 @@ import (
 // restarts without losing a ping, a deleted node disappears from every
 // other node's kernel.
 func TestMultiNode(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: daemons on several node namespaces; make test runs it")
-	}
+	nettest.SkipShort(t, "daemons on several node namespaces")
 	nettest.RequirePrivileged(t)
 	nettest.RequireTool(t, "iptables-save")
 	api := testapi.Start(t)

@@ -120,9 +120,7 @@ func netnsList(t *testing.T) string {
 // lose the traffic with bad checksums counted on node 2 (the control that
 // the topology shows the bug at all).
 func TestVXLANTxChecksumModes(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: daemons and NATed VXLAN flows in namespaces; make test runs it")
-	}
+	nettest.SkipShort(t, "daemons and NATed VXLAN flows in namespaces")
 	nettest.RequirePrivileged(t)
 	nettest.RequireSysfs(t, "/sys/module/vxlan")
 	nettest.RequireTool(t, "nft")

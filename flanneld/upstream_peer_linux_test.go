@@ -28,9 +28,7 @@ import (
 // to upstream's podCIDR, and upstream must do the same for nodenet's.
 // Pods behind cni0-like bridges on both nodes ping each other both ways.
 func TestUpstreamFlanneldPeering(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: runs upstream flanneld; make test runs it")
-	}
+	nettest.SkipShort(t, "runs upstream flanneld")
 	nettest.RequirePrivileged(t)
 	nettest.RequireTool(t, "iptables")
 	bin := upstream.Flanneld(t)

@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -16,7 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodenet/nodenet/apiserver"
@@ -30,7 +28,7 @@ import (
 // a process inside a throwaway network namespace, nodenet-cni attaching
 // pods to a cni0 bridge in that namespace, and an in-process API server
 // on the root namespace's loopback. The agent reaches the API server
-// through a forwarder listening inside the namespace; the API server
+// through nettest.ForwardLoopback, at the same address; the API server
 // reaches the agent's kubelet port through its DialNode hook, which dials
 // from inside the namespace. Nothing touches the root namespace's network.
 
@@ -66,66 +64,20 @@ func dialIn(ns *nettest.NS) func(ctx context.Context, network, addr string) (net
 	}
 }
 
-// forwardInto listens on 127.0.0.1 inside ns and relays to target, an
-// address of the root namespace.
-func forwardInto(t *testing.T, ns *nettest.NS, target string) string {
-	t.Helper()
-	var ln net.Listener
-	if err := netnsutil.Do(ns.Path(), func() error {
-		var err error
-		ln, err = net.Listen("tcp", "127.0.0.1:0")
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				up, err := net.DialTimeout("tcp", target, 5*time.Second)
-				if err != nil {
-					return
-				}
-				defer up.Close()
-				done := make(chan struct{}, 2)
-				go func() { _, _ = io.Copy(up, c); done <- struct{}{} }()
-				go func() { _, _ = io.Copy(c, up); done <- struct{}{} }()
-				<-done
-			}()
-		}
-	}()
-	return ln.Addr().String()
-}
-
 // startNode runs an API server and one agent with a CNI network.
 func startNode(t *testing.T) *testNode {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("-short: runs a node agent with pods in namespaces; make test runs it")
-	}
+	nettest.SkipShort(t, "runs a node agent with pods in namespaces")
 	ns := nettest.New(t)
 	bin := testbin.Build(t)
 	srv := testapi.Start(t, func(c *apiserver.Config) { c.DialNode = dialIn(ns) })
 	dir := t.TempDir()
 	n := &testNode{name: "node-a", ns: ns, srv: srv, client: srv.Client, stateDir: filepath.Join(dir, "state")}
 
-	kc, err := clientcmd.LoadFromFile(srv.KubeconfigPath())
-	if err != nil {
-		t.Fatal(err)
-	}
-	fwd := forwardInto(t, ns, strings.TrimPrefix(srv.URL(), "https://"))
-	for _, cl := range kc.Clusters {
-		cl.Server = "https://" + fwd
-	}
-	agentKC := filepath.Join(dir, "agent.kubeconfig")
-	if err := clientcmd.WriteToFile(*kc, agentKC); err != nil {
-		t.Fatal(err)
-	}
+	// The agent in ns reaches the API server at the address in its
+	// kubeconfig, relayed to the root namespace's loopback.
+	nettest.ForwardLoopback(t, ns, strings.TrimPrefix(srv.URL(), "https://"))
+	agentKC := srv.KubeconfigPath()
 	for _, d := range []string{"conf", "bin", "cache", "ipam", "state"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			t.Fatal(err)

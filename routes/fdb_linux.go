@@ -22,14 +22,11 @@ type FDBTable struct {
 // NewFDBTable opens the FDB of the vxlan device dev in ns. Close it when
 // done.
 func NewFDBTable(ns, dev string) (*FDBTable, error) {
-	h, err := OpenHandle(ns)
+	h, label, err := openTable(ns)
 	if err != nil {
 		return nil, err
 	}
-	if ns == "" {
-		ns = "(own)"
-	}
-	return &FDBTable{h: h, dev: dev, ns: ns}, nil
+	return &FDBTable{h: h, dev: dev, ns: label}, nil
 }
 
 // Close releases the netlink socket; the entries stay.

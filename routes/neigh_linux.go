@@ -24,14 +24,11 @@ type NeighTable struct {
 // NewNeighTable opens the neighbour table of dev in ns (see
 // NewNetlinkTable for how ns is spelt). Close it when done.
 func NewNeighTable(ns, dev string) (*NeighTable, error) {
-	h, err := OpenHandle(ns)
+	h, label, err := openTable(ns)
 	if err != nil {
 		return nil, err
 	}
-	if ns == "" {
-		ns = "(own)"
-	}
-	return &NeighTable{h: h, dev: dev, ns: ns}, nil
+	return &NeighTable{h: h, dev: dev, ns: label}, nil
 }
 
 // Close releases the netlink socket; the entries stay.

@@ -33,20 +33,11 @@ func NewNetlinkTable(ns string, tableID int, proto netlink.RouteProtocol) (*Netl
 	if err != nil {
 		return nil, err
 	}
-	h, err := openHandle(ns)
+	h, label, err := openTable(ns)
 	if err != nil {
 		return nil, err
 	}
-	// netlink calls cannot take a ctx; a bound keeps a wedged request from
-	// blocking a controller's worker forever.
-	if err := h.SetSocketTimeout(socketTimeout); err != nil {
-		h.Close()
-		return nil, fmt.Errorf("set netlink socket timeout: %w", err)
-	}
-	if ns == "" {
-		ns = "(own)"
-	}
-	return &NetlinkTable{owner: o, h: h, ns: ns}, nil
+	return &NetlinkTable{owner: o, h: h, ns: label}, nil
 }
 
 // Close releases the netlink socket. The routes stay.

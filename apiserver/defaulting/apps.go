@@ -14,25 +14,12 @@ const defaultRevisionHistoryLimit int32 = 10
 // 0), a history of ten revisions, and the pod defaults on its template.
 func DaemonSet(ds *appsv1.DaemonSet) {
 	s := &ds.Spec.UpdateStrategy
-	if s.Type == "" {
-		s.Type = appsv1.RollingUpdateDaemonSetStrategyType
-	}
+	setDefault(&s.Type, appsv1.RollingUpdateDaemonSetStrategyType)
 	if s.Type == appsv1.RollingUpdateDaemonSetStrategyType {
-		if s.RollingUpdate == nil {
-			s.RollingUpdate = &appsv1.RollingUpdateDaemonSet{}
-		}
-		if s.RollingUpdate.MaxUnavailable == nil {
-			one := intstr.FromInt32(1)
-			s.RollingUpdate.MaxUnavailable = &one
-		}
-		if s.RollingUpdate.MaxSurge == nil {
-			zero := intstr.FromInt32(0)
-			s.RollingUpdate.MaxSurge = &zero
-		}
+		setDefaultPtr(&s.RollingUpdate, appsv1.RollingUpdateDaemonSet{})
+		setDefaultPtr(&s.RollingUpdate.MaxUnavailable, intstr.FromInt32(1))
+		setDefaultPtr(&s.RollingUpdate.MaxSurge, intstr.FromInt32(0))
 	}
-	if ds.Spec.RevisionHistoryLimit == nil {
-		limit := defaultRevisionHistoryLimit
-		ds.Spec.RevisionHistoryLimit = &limit
-	}
+	setDefaultPtr(&ds.Spec.RevisionHistoryLimit, defaultRevisionHistoryLimit)
 	podSpec(&ds.Spec.Template.Spec)
 }

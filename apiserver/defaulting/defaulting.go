@@ -32,13 +32,9 @@ const (
 func Service(s *corev1.Service) {
 	spec := &s.Spec
 
-	if spec.Type == "" {
-		spec.Type = corev1.ServiceTypeClusterIP
-	}
+	setDefault(&spec.Type, corev1.ServiceTypeClusterIP)
 
-	if spec.SessionAffinity == "" {
-		spec.SessionAffinity = corev1.ServiceAffinityNone
-	}
+	setDefault(&spec.SessionAffinity, corev1.ServiceAffinityNone)
 	switch spec.SessionAffinity {
 	case corev1.ServiceAffinityNone:
 		// Upstream drops the config rather than rejecting it: it carries no
@@ -51,17 +47,12 @@ func Service(s *corev1.Service) {
 		if spec.SessionAffinityConfig.ClientIP == nil {
 			spec.SessionAffinityConfig.ClientIP = &corev1.ClientIPConfig{}
 		}
-		if spec.SessionAffinityConfig.ClientIP.TimeoutSeconds == nil {
-			timeout := corev1.DefaultClientIPServiceAffinitySeconds
-			spec.SessionAffinityConfig.ClientIP.TimeoutSeconds = &timeout
-		}
+		setDefaultPtr(&spec.SessionAffinityConfig.ClientIP.TimeoutSeconds, corev1.DefaultClientIPServiceAffinitySeconds)
 	}
 
 	for i := range spec.Ports {
 		p := &spec.Ports[i]
-		if p.Protocol == "" {
-			p.Protocol = corev1.ProtocolTCP
-		}
+		setDefault(&p.Protocol, corev1.ProtocolTCP)
 		// An unset targetPort arrives either as int 0 or as "" depending on
 		// the client; both mean "same as port".
 		if p.TargetPort == intstr.FromInt32(0) || p.TargetPort == intstr.FromString("") {
@@ -126,9 +117,7 @@ func Pod(p *corev1.Pod) {
 	podSpec(&p.Spec)
 	defaultTolerations(&p.Spec)
 
-	if p.Status.Phase == "" {
-		p.Status.Phase = corev1.PodPending
-	}
+	setDefault(&p.Status.Phase, corev1.PodPending)
 
 	// Conversion in kube-apiserver keeps the singular and plural IP fields
 	// paired; consumers read either. Only fill an empty side: a conflict is
@@ -151,23 +140,11 @@ func Pod(p *corev1.Pod) {
 // and a pod template (in a DaemonSet) both get. Admission defaults (the
 // tolerations) apply to pods only, as upstream.
 func podSpec(spec *corev1.PodSpec) {
-	if spec.RestartPolicy == "" {
-		spec.RestartPolicy = corev1.RestartPolicyAlways
-	}
-	if spec.DNSPolicy == "" {
-		spec.DNSPolicy = corev1.DNSClusterFirst
-	}
-	if spec.SchedulerName == "" {
-		spec.SchedulerName = corev1.DefaultSchedulerName
-	}
-	if spec.TerminationGracePeriodSeconds == nil {
-		grace := int64(corev1.DefaultTerminationGracePeriodSeconds)
-		spec.TerminationGracePeriodSeconds = &grace
-	}
-	if spec.EnableServiceLinks == nil {
-		enable := corev1.DefaultEnableServiceLinks
-		spec.EnableServiceLinks = &enable
-	}
+	setDefault(&spec.RestartPolicy, corev1.RestartPolicyAlways)
+	setDefault(&spec.DNSPolicy, corev1.DNSClusterFirst)
+	setDefault(&spec.SchedulerName, corev1.DefaultSchedulerName)
+	setDefaultPtr(&spec.TerminationGracePeriodSeconds, int64(corev1.DefaultTerminationGracePeriodSeconds))
+	setDefaultPtr(&spec.EnableServiceLinks, corev1.DefaultEnableServiceLinks)
 	if spec.SecurityContext == nil {
 		spec.SecurityContext = &corev1.PodSecurityContext{}
 	}
@@ -183,25 +160,16 @@ func podSpec(spec *corev1.PodSpec) {
 		// (upstream converts the same way).
 		defaultContainer((*corev1.Container)(&spec.EphemeralContainers[i].EphemeralContainerCommon), false)
 	}
-
 }
 
 func defaultContainer(c *corev1.Container, hostNetwork bool) {
-	if c.ImagePullPolicy == "" {
-		c.ImagePullPolicy = defaultPullPolicy(c.Image)
-	}
-	if c.TerminationMessagePath == "" {
-		c.TerminationMessagePath = corev1.TerminationMessagePathDefault
-	}
-	if c.TerminationMessagePolicy == "" {
-		c.TerminationMessagePolicy = corev1.TerminationMessageReadFile
-	}
+	setDefault(&c.ImagePullPolicy, defaultPullPolicy(c.Image))
+	setDefault(&c.TerminationMessagePath, corev1.TerminationMessagePathDefault)
+	setDefault(&c.TerminationMessagePolicy, corev1.TerminationMessageReadFile)
 
 	for i := range c.Ports {
 		port := &c.Ports[i]
-		if port.Protocol == "" {
-			port.Protocol = corev1.ProtocolTCP
-		}
+		setDefault(&port.Protocol, corev1.ProtocolTCP)
 		// With host networking the container port *is* the host port; upstream
 		// records that so port-conflict checks and hostPort consumers see it.
 		if hostNetwork && port.HostPort == 0 {
@@ -238,18 +206,10 @@ func defaultProbe(p *corev1.Probe) {
 	if p == nil {
 		return
 	}
-	if p.TimeoutSeconds == 0 {
-		p.TimeoutSeconds = defaultProbeTimeoutSeconds
-	}
-	if p.PeriodSeconds == 0 {
-		p.PeriodSeconds = defaultProbePeriodSeconds
-	}
-	if p.SuccessThreshold == 0 {
-		p.SuccessThreshold = defaultProbeSuccessThreshold
-	}
-	if p.FailureThreshold == 0 {
-		p.FailureThreshold = defaultProbeFailureThreshold
-	}
+	setDefault(&p.TimeoutSeconds, defaultProbeTimeoutSeconds)
+	setDefault(&p.PeriodSeconds, defaultProbePeriodSeconds)
+	setDefault(&p.SuccessThreshold, defaultProbeSuccessThreshold)
+	setDefault(&p.FailureThreshold, defaultProbeFailureThreshold)
 	defaultHTTPGet(p.HTTPGet)
 }
 
@@ -257,12 +217,8 @@ func defaultHTTPGet(h *corev1.HTTPGetAction) {
 	if h == nil {
 		return
 	}
-	if h.Path == "" {
-		h.Path = "/"
-	}
-	if h.Scheme == "" {
-		h.Scheme = corev1.URISchemeHTTP
-	}
+	setDefault(&h.Path, "/")
+	setDefault(&h.Scheme, corev1.URISchemeHTTP)
 }
 
 // defaultPullPolicy follows SetDefaults_Container: Always for ":latest" and
@@ -306,23 +262,22 @@ func defaultTolerations(spec *corev1.PodSpec) {
 			toleratesUnreachable = true
 		}
 	}
-	if !toleratesNotReady {
-		seconds := defaultTolerationSeconds
-		spec.Tolerations = append(spec.Tolerations, corev1.Toleration{
-			Key:               corev1.TaintNodeNotReady,
-			Operator:          corev1.TolerationOpExists,
-			Effect:            corev1.TaintEffectNoExecute,
-			TolerationSeconds: &seconds,
-		})
-	}
-	if !toleratesUnreachable {
-		seconds := defaultTolerationSeconds
-		spec.Tolerations = append(spec.Tolerations, corev1.Toleration{
-			Key:               corev1.TaintNodeUnreachable,
-			Operator:          corev1.TolerationOpExists,
-			Effect:            corev1.TaintEffectNoExecute,
-			TolerationSeconds: &seconds,
-		})
+	for _, taint := range []struct {
+		key       string
+		tolerated bool
+	}{
+		{corev1.TaintNodeNotReady, toleratesNotReady},
+		{corev1.TaintNodeUnreachable, toleratesUnreachable},
+	} {
+		if !taint.tolerated {
+			seconds := defaultTolerationSeconds
+			spec.Tolerations = append(spec.Tolerations, corev1.Toleration{
+				Key:               taint.key,
+				Operator:          corev1.TolerationOpExists,
+				Effect:            corev1.TaintEffectNoExecute,
+				TolerationSeconds: &seconds,
+			})
+		}
 	}
 }
 
@@ -351,14 +306,8 @@ func Node(n *corev1.Node) {
 func EndpointSlice(s *discoveryv1.EndpointSlice) {
 	for i := range s.Ports {
 		p := &s.Ports[i]
-		if p.Name == nil {
-			name := ""
-			p.Name = &name
-		}
-		if p.Protocol == nil {
-			proto := corev1.ProtocolTCP
-			p.Protocol = &proto
-		}
+		setDefaultPtr(&p.Name, "")
+		setDefaultPtr(&p.Protocol, corev1.ProtocolTCP)
 	}
 }
 
@@ -378,9 +327,7 @@ func Namespace(ns *corev1.Namespace) {
 		}
 		ns.Labels[corev1.LabelMetadataName] = ns.Name
 	}
-	if ns.Status.Phase == "" {
-		ns.Status.Phase = corev1.NamespaceActive
-	}
+	setDefault(&ns.Status.Phase, corev1.NamespaceActive)
 	if ns.DeletionTimestamp == nil {
 		has := false
 		for _, f := range ns.Spec.Finalizers {
@@ -411,4 +358,20 @@ func externallyAccessible(s *corev1.Service) bool {
 	return s.Spec.Type == corev1.ServiceTypeLoadBalancer ||
 		s.Spec.Type == corev1.ServiceTypeNodePort ||
 		(s.Spec.Type == corev1.ServiceTypeClusterIP && len(s.Spec.ExternalIPs) > 0)
+}
+
+// setDefault sets *field to def when it holds its type's zero value, which
+// for these API fields means the client left it unset.
+func setDefault[T comparable](field *T, def T) {
+	var unset T
+	if *field == unset {
+		*field = def
+	}
+}
+
+// setDefaultPtr points an unset (nil) optional field at a copy of def.
+func setDefaultPtr[T any](field **T, def T) {
+	if *field == nil {
+		*field = &def
+	}
 }

@@ -13,9 +13,7 @@ func ClusterRoleBinding(b *rbacv1.ClusterRoleBinding) { binding(&b.RoleRef, b.Su
 // the RBAC group, users and groups are RBAC subjects, service accounts are
 // core objects.
 func binding(ref *rbacv1.RoleRef, subjects []rbacv1.Subject) {
-	if ref.APIGroup == "" {
-		ref.APIGroup = rbacv1.GroupName
-	}
+	setDefault(&ref.APIGroup, rbacv1.GroupName)
 	for i := range subjects {
 		s := &subjects[i]
 		if s.APIGroup == "" && (s.Kind == rbacv1.UserKind || s.Kind == rbacv1.GroupKind) {

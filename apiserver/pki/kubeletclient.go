@@ -1,9 +1,6 @@
 package pki
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
@@ -44,30 +41,12 @@ func EnsureKubeletClient(dir string) (*tls.Certificate, error) {
 	if err != nil {
 		return nil, err
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, fmt.Errorf("generate kubelet client key: %w", err)
-	}
 	tmpl := &x509.Certificate{
-		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: KubeletClientCommonName, Organization: []string{"system:masters"}},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(5 * 365 * 24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+		Subject:     pkix.Name{CommonName: KubeletClientCommonName, Organization: []string{"system:masters"}},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		return nil, fmt.Errorf("sign kubelet client certificate: %w", err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, fmt.Errorf("encode kubelet client key: %w", err)
-	}
-	if err := writePEM(keyPath, "EC PRIVATE KEY", kder, 0o600); err != nil {
-		return nil, err
-	}
-	if err := writePEM(certPath, "CERTIFICATE", der, 0o644); err != nil {
+	if _, _, err := issue("kubelet client", tmpl, 5*365*24*time.Hour, caCert, caKey, certPath, keyPath); err != nil {
 		return nil, err
 	}
 	cert, err := tls.LoadX509KeyPair(certPath, keyPath)

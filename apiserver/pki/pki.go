@@ -49,17 +49,10 @@ func Ensure(f Files, hosts []string) (*tls.Certificate, []byte, error) {
 			return &cert, caPEM, nil
 		}
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, fmt.Errorf("generate serving key: %w", err)
-	}
 	tmpl := &x509.Certificate{
-		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: "nodenet-apiserver"},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(5 * 365 * 24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		Subject:     pkix.Name{CommonName: "nodenet-apiserver"},
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {
@@ -68,18 +61,7 @@ func Ensure(f Files, hosts []string) (*tls.Certificate, []byte, error) {
 			tmpl.DNSNames = append(tmpl.DNSNames, h)
 		}
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-	if err != nil {
-		return nil, nil, fmt.Errorf("sign serving certificate: %w", err)
-	}
-	if err := writePEM(f.ServingCert, "CERTIFICATE", der, 0o644); err != nil {
-		return nil, nil, err
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, nil, fmt.Errorf("encode serving key: %w", err)
-	}
-	if err := writePEM(f.ServingKey, "EC PRIVATE KEY", kder, 0o600); err != nil {
+	if _, _, err := issue("serving", tmpl, 5*365*24*time.Hour, caCert, caKey, f.ServingCert, f.ServingKey); err != nil {
 		return nil, nil, err
 	}
 	cert, err := tls.LoadX509KeyPair(f.ServingCert, f.ServingKey)
@@ -124,35 +106,50 @@ func loadOrCreateCA(f Files) (*x509.Certificate, *ecdsa.PrivateKey, []byte, erro
 	if !errors.Is(cerr, os.ErrNotExist) && cerr != nil {
 		return nil, nil, nil, fmt.Errorf("read CA certificate: %w", cerr)
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("generate CA key: %w", err)
-	}
 	tmpl := &x509.Certificate{
-		SerialNumber:          serial(),
 		Subject:               pkix.Name{CommonName: "nodenet-ca"},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(10 * 365 * 24 * time.Hour),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
 		BasicConstraintsValid: true,
 		IsCA:                  true,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	der, key, err := issue("CA", tmpl, 10*365*24*time.Hour, nil, nil, f.CACert, f.CAKey)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("self-sign CA: %w", err)
-	}
-	kder, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("encode CA key: %w", err)
-	}
-	if err := writePEM(f.CAKey, "EC PRIVATE KEY", kder, 0o600); err != nil {
-		return nil, nil, nil, err
-	}
-	if err := writePEM(f.CACert, "CERTIFICATE", der, 0o644); err != nil {
 		return nil, nil, nil, err
 	}
 	cert, _ := x509.ParseCertificate(der)
 	return cert, key, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
+}
+
+// issue generates a P-256 key and a certificate for it from tmpl, valid
+// from an hour ago (for clock skew) for validity and signed by parent's
+// key (parent nil: self-signed), and writes both, key first. what names
+// the certificate in errors ("serving").
+func issue(what string, tmpl *x509.Certificate, validity time.Duration, parent *x509.Certificate, parentKey *ecdsa.PrivateKey, certPath, keyPath string) (der []byte, key *ecdsa.PrivateKey, err error) {
+	key, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, fmt.Errorf("generate %s key: %w", what, err)
+	}
+	tmpl.SerialNumber = serial()
+	tmpl.NotBefore = time.Now().Add(-time.Hour)
+	tmpl.NotAfter = time.Now().Add(validity)
+	if parent == nil {
+		parent, parentKey = tmpl, key
+	}
+	der, err = x509.CreateCertificate(rand.Reader, tmpl, parent, &key.PublicKey, parentKey)
+	if err != nil {
+		return nil, nil, fmt.Errorf("sign %s certificate: %w", what, err)
+	}
+	kder, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("encode %s key: %w", what, err)
+	}
+	if err := writePEM(keyPath, "EC PRIVATE KEY", kder, 0o600); err != nil {
+		return nil, nil, err
+	}
+	if err := writePEM(certPath, "CERTIFICATE", der, 0o644); err != nil {
+		return nil, nil, err
+	}
+	return der, key, nil
 }
 
 func serial() *big.Int {

@@ -177,9 +177,7 @@ func validateEndpointPorts(ports []discoveryv1.EndpointPort, fldPath *field.Path
 		names[name] = true
 
 		if p.Port != nil {
-			for _, msg := range utilvalidation.IsInRange(int(*p.Port), 0, 65535) {
-				allErrs = append(allErrs, field.Invalid(idxPath.Child("port"), *p.Port, msg))
-			}
+			allErrs = append(allErrs, invalid(idxPath.Child("port"), *p.Port, utilvalidation.IsInRange(int(*p.Port), 0, 65535))...)
 		}
 
 		if p.Protocol == nil {

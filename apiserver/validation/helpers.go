@@ -46,36 +46,30 @@ func validateObjectMetaUpdate(newMeta, oldMeta *metav1.ObjectMeta) field.ErrorLi
 	return allErrs
 }
 
-func validateDNS1123Label(value string, fldPath *field.Path) field.ErrorList {
+// invalid turns the messages of one of apimachinery's Is* checks into
+// errors for value at fldPath; no messages means no errors.
+func invalid(fldPath *field.Path, value any, msgs []string) field.ErrorList {
 	var allErrs field.ErrorList
-	for _, msg := range utilvalidation.IsDNS1123Label(value) {
+	for _, msg := range msgs {
 		allErrs = append(allErrs, field.Invalid(fldPath, value, msg))
 	}
 	return allErrs
+}
+
+func validateDNS1123Label(value string, fldPath *field.Path) field.ErrorList {
+	return invalid(fldPath, value, utilvalidation.IsDNS1123Label(value))
 }
 
 func validateDNS1123Subdomain(value string, fldPath *field.Path) field.ErrorList {
-	var allErrs field.ErrorList
-	for _, msg := range utilvalidation.IsDNS1123Subdomain(value) {
-		allErrs = append(allErrs, field.Invalid(fldPath, value, msg))
-	}
-	return allErrs
+	return invalid(fldPath, value, utilvalidation.IsDNS1123Subdomain(value))
 }
 
 func validateQualifiedName(value string, fldPath *field.Path) field.ErrorList {
-	var allErrs field.ErrorList
-	for _, msg := range utilvalidation.IsQualifiedName(value) {
-		allErrs = append(allErrs, field.Invalid(fldPath, value, msg))
-	}
-	return allErrs
+	return invalid(fldPath, value, utilvalidation.IsQualifiedName(value))
 }
 
 func validateLabelValue(value string, fldPath *field.Path) field.ErrorList {
-	var allErrs field.ErrorList
-	for _, msg := range utilvalidation.IsValidLabelValue(value) {
-		allErrs = append(allErrs, field.Invalid(fldPath, value, msg))
-	}
-	return allErrs
+	return invalid(fldPath, value, utilvalidation.IsValidLabelValue(value))
 }
 
 // validateNodeName: node names are DNS subdomains (ValidateNodeName).
@@ -84,30 +78,20 @@ func validateNodeName(value string, fldPath *field.Path) field.ErrorList {
 }
 
 func validatePortNum(port int32, fldPath *field.Path) field.ErrorList {
-	var allErrs field.ErrorList
-	for _, msg := range utilvalidation.IsValidPortNum(int(port)) {
-		allErrs = append(allErrs, field.Invalid(fldPath, port, msg))
-	}
-	return allErrs
+	return invalid(fldPath, port, utilvalidation.IsValidPortNum(int(port)))
 }
 
 // validatePortNumOrName checks a port that may reference a named container
 // port (targetPort, probe ports).
 func validatePortNumOrName(port intstr.IntOrString, fldPath *field.Path) field.ErrorList {
-	var allErrs field.ErrorList
 	switch port.Type {
 	case intstr.Int:
-		for _, msg := range utilvalidation.IsValidPortNum(port.IntValue()) {
-			allErrs = append(allErrs, field.Invalid(fldPath, port.IntValue(), msg))
-		}
+		return invalid(fldPath, port.IntValue(), utilvalidation.IsValidPortNum(port.IntValue()))
 	case intstr.String:
-		for _, msg := range utilvalidation.IsValidPortName(port.StrVal) {
-			allErrs = append(allErrs, field.Invalid(fldPath, port.StrVal, msg))
-		}
+		return invalid(fldPath, port.StrVal, utilvalidation.IsValidPortName(port.StrVal))
 	default:
-		allErrs = append(allErrs, field.InternalError(fldPath, fmt.Errorf("unknown type: %v", port.Type)))
+		return field.ErrorList{field.InternalError(fldPath, fmt.Errorf("unknown type: %v", port.Type))}
 	}
-	return allErrs
 }
 
 func validatePortProtocol(proto corev1.Protocol, fldPath *field.Path) field.ErrorList {
@@ -282,9 +266,7 @@ func validateOptionalNamespace(ns string, fldPath *field.Path) field.ErrorList {
 		return nil
 	}
 	var allErrs field.ErrorList
-	for _, msg := range apimachineryvalidation.ValidateNamespaceName(ns, false) {
-		allErrs = append(allErrs, field.Invalid(fldPath, ns, msg))
-	}
+	allErrs = append(allErrs, invalid(fldPath, ns, apimachineryvalidation.ValidateNamespaceName(ns, false))...)
 	return allErrs
 }
 

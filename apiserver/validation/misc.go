@@ -54,9 +54,7 @@ func validateConfigMapData(c *corev1.ConfigMap) field.ErrorList {
 	binaryPath := field.NewPath("binaryData")
 	total := 0
 	for key, value := range c.Data {
-		for _, msg := range utilvalidation.IsConfigMapKey(key) {
-			allErrs = append(allErrs, field.Invalid(dataPath.Key(key), key, msg))
-		}
+		allErrs = append(allErrs, invalid(dataPath.Key(key), key, utilvalidation.IsConfigMapKey(key))...)
 		// Both maps end up in the same directory when mounted.
 		if _, dup := c.BinaryData[key]; dup {
 			allErrs = append(allErrs, field.Invalid(dataPath.Key(key), key, "duplicate of key present in binaryData"))
@@ -64,9 +62,7 @@ func validateConfigMapData(c *corev1.ConfigMap) field.ErrorList {
 		total += len(value)
 	}
 	for key, value := range c.BinaryData {
-		for _, msg := range utilvalidation.IsConfigMapKey(key) {
-			allErrs = append(allErrs, field.Invalid(binaryPath.Key(key), key, msg))
-		}
+		allErrs = append(allErrs, invalid(binaryPath.Key(key), key, utilvalidation.IsConfigMapKey(key))...)
 		total += len(value)
 	}
 	if total > maxConfigMapSize {

@@ -77,9 +77,7 @@ func IPAddress(a *networkingv1.IPAddress) field.ErrorList {
 		case f.value == "" && f.required:
 			allErrs = append(allErrs, field.Required(refPath.Child(f.name), ""))
 		case f.value != "":
-			for _, msg := range path.IsValidPathSegmentName(f.value) {
-				allErrs = append(allErrs, field.Invalid(refPath.Child(f.name), f.value, msg))
-			}
+			allErrs = append(allErrs, invalid(refPath.Child(f.name), f.value, path.IsValidPathSegmentName(f.value))...)
 		}
 	}
 	return allErrs

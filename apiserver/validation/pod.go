@@ -339,9 +339,7 @@ func validateContainerPorts(ports []corev1.ContainerPort, fldPath *field.Path) f
 		idxPath := fldPath.Index(i)
 		if p.Name != "" {
 			if msgs := utilvalidation.IsValidPortName(p.Name); len(msgs) > 0 {
-				for _, msg := range msgs {
-					allErrs = append(allErrs, field.Invalid(idxPath.Child("name"), p.Name, msg))
-				}
+				allErrs = append(allErrs, invalid(idxPath.Child("name"), p.Name, msgs)...)
 			} else if names[p.Name] {
 				allErrs = append(allErrs, field.Duplicate(idxPath.Child("name"), p.Name))
 			} else {
@@ -506,9 +504,7 @@ func validateHTTPGetAction(h *corev1.HTTPGetAction, fldPath *field.Path) field.E
 		allErrs = append(allErrs, field.NotSupported(fldPath.Child("scheme"), h.Scheme, supportedURISchemes))
 	}
 	for i, hdr := range h.HTTPHeaders {
-		for _, msg := range utilvalidation.IsHTTPHeaderName(hdr.Name) {
-			allErrs = append(allErrs, field.Invalid(fldPath.Child("httpHeaders").Index(i).Child("name"), hdr.Name, msg))
-		}
+		allErrs = append(allErrs, invalid(fldPath.Child("httpHeaders").Index(i).Child("name"), hdr.Name, utilvalidation.IsHTTPHeaderName(hdr.Name))...)
 	}
 	return allErrs
 }

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"os"
 	"os/exec"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -13,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/internal/testapi"
 )
 
@@ -31,27 +30,14 @@ func TestMain(m *testing.M) {
 // process is a nodenet subcommand running as a child process.
 type process struct {
 	cmd *exec.Cmd
-	mu  sync.Mutex
-	out bytes.Buffer
-}
-
-func (p *process) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.Write(b)
-}
-
-func (p *process) output() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out.String()
+	out nettest.Buffer
 }
 
 func startNodenet(t *testing.T, args ...string) *process {
 	t.Helper()
 	p := &process{cmd: exec.Command(os.Args[0], args...)}
 	p.cmd.Env = append(os.Environ(), "NODENET_TEST_EXEC=1")
-	p.cmd.Stdout, p.cmd.Stderr = p, p
+	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatalf("start nodenet %v: %v", args, err)
 	}
@@ -66,16 +52,14 @@ func startNodenet(t *testing.T, args ...string) *process {
 			<-done
 		}
 		if t.Failed() {
-			t.Logf("output of nodenet %s:\n%s", args[0], p.output())
+			t.Logf("output of nodenet %s:\n%s", args[0], p.out.String())
 		}
 	})
 	return p
 }
 
 func TestControllerManagerLeaderElection(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: runs controller-manager processes; make test runs it")
-	}
+	nettest.SkipShort(t, "runs controller-manager processes")
 	s := testapi.Start(t)
 	ctx := testapi.Context(t)
 	kubeconfig := s.KubeconfigPath()
@@ -115,7 +99,7 @@ func TestControllerManagerLeaderElection(t *testing.T) {
 		return cidr
 	}
 	first := node("node-1")
-	if strings.Contains(procs[standby].output(), "became leader") {
+	if strings.Contains(procs[standby].out.String(), "became leader") {
 		t.Fatalf("standby %s started controllers while %s leads", standby, leader)
 	}
 
@@ -132,7 +116,7 @@ func TestControllerManagerLeaderElection(t *testing.T) {
 	if first == second {
 		t.Fatalf("the new leader handed out %s twice", first)
 	}
-	if !strings.Contains(procs[standby].output(), "became leader") {
+	if !strings.Contains(procs[standby].out.String(), "became leader") {
 		t.Fatalf("new leader %s did not log taking over", standby)
 	}
 }

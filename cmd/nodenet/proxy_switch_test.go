@@ -18,9 +18,7 @@ import (
 // iptables ↔ nftables switch is tested here too: each mode must leave no
 // state of the other behind, and a ClusterIP keeps working across switches.
 func TestProxyModeSwitchIPTablesNFTables(t *testing.T) {
-	if testing.Short() {
-		t.Skip("-short: switches proxy modes in the kernel; make test runs it")
-	}
+	nettest.SkipShort(t, "switches proxy modes in the kernel")
 	nettest.RequirePrivileged(t)
 	nettest.RequireTool(t, "nft")
 	nettest.RequireTool(t, "iptables-restore")

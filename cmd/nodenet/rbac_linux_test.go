@@ -67,9 +67,7 @@ func (e *rbacEnforcer) Authorize(a apiserver.Attributes) (bool, string) {
 // more than enough), except the ones listed with the reason they are not
 // exercised here.
 func TestManifestRBAC(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts flanneld and the proxy in a namespace: not with -short")
-	}
+	nettest.SkipShort(t, "starts flanneld and the proxy in a namespace")
 	nettest.RequirePrivileged(t)
 	nettest.RequireTool(t, "iptables-restore")
 	nettest.RequireTool(t, "nft")

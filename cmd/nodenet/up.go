@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodenet/nodenet/cluster"
+	"github.com/nodenet/nodenet/internal/periodic"
 	"github.com/nodenet/nodenet/node"
 )
 
@@ -159,14 +160,7 @@ func waitNodes(ctx context.Context, cs kubernetes.Interface, c *cluster.Cluster,
 // printed above stay on the screen.
 func reportChanges(ctx context.Context, c *cluster.Cluster) {
 	last := c.StatusLines()
-	t := time.NewTicker(2 * time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
+	periodic.Every(ctx, 2*time.Second, func(context.Context) {
 		now := c.StatusLines()
 		for i, l := range now {
 			if i >= len(last) || l != last[i] {
@@ -174,7 +168,7 @@ func reportChanges(ctx context.Context, c *cluster.Cluster) {
 			}
 		}
 		last = now
-	}
+	})
 }
 
 func runDemoIn(ctx context.Context, cs kubernetes.Interface, c *cluster.Cluster, cfg cluster.Config, pods int, hints bool) error {

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/informers"
@@ -18,6 +16,8 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/nodenet/nodenet/controllers/internal/ctrlutil"
+	"github.com/nodenet/nodenet/controllers/internal/workers"
+	"github.com/nodenet/nodenet/internal/periodic"
 )
 
 // syncKey is the only queue key: the table is reconciled as a whole, so
@@ -97,32 +97,16 @@ func internalIPs(n *corev1.Node) []string {
 
 // Run syncs until ctx is done, then shuts the queue down. Workers beyond
 // one only wait: there is a single key.
-func (c *Controller) Run(ctx context.Context, workers int) {
+func (c *Controller) Run(ctx context.Context, n int) {
 	c.log.Info("starting", "clusterCIDRs", fmt.Sprint(c.clusterCIDRs), "period", c.period)
 	defer c.log.Info("stopped")
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer c.queue.ShutDown() // runs before wg.Wait: it is what ends the workers
+	defer c.queue.ShutDown()
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced) {
 		return
 	}
-	for range max(workers, 1) {
-		wg.Go(func() {
-			for c.processNext(ctx) {
-			}
-		})
-	}
 	c.queue.Add(syncKey) // even with no nodes: stale routes must go
-	ticker := time.NewTicker(c.period)
-	defer ticker.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-ticker.C:
-			c.queue.Add(syncKey)
-		}
-	}
+	go periodic.Every(ctx, c.period, func(context.Context) { c.queue.Add(syncKey) })
+	workers.Loop(ctx, c.queue, n, c.processNext)
 }
 
 func (c *Controller) processNext(ctx context.Context) bool {

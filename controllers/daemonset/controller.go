@@ -87,11 +87,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, o
 		}
 	}
 	c.synced, err = ctrlutil.AddHandlers("daemonset",
-		ctrlutil.Handler{Informer: dsInf.Informer(), Handler: cache.ResourceEventHandlerFuncs{
-			AddFunc:    c.enqueue,
-			UpdateFunc: func(_, obj any) { c.enqueue(obj) },
-			DeleteFunc: c.enqueue,
-		}},
+		ctrlutil.Handler{Informer: dsInf.Informer(), Handler: ctrlutil.OnChange(c.enqueue)},
 		ctrlutil.Handler{Informer: podInf.Informer(), Handler: cache.ResourceEventHandlerFuncs{
 			AddFunc:    c.onPod,
 			UpdateFunc: c.onPodUpdate,

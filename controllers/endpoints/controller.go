@@ -67,11 +67,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, r
 	if err := sliceInf.Informer().AddIndexers(cache.Indexers{sliceByServiceIndex: sliceService}); err != nil {
 		return nil, fmt.Errorf("add endpoints controller indexer: %w", err)
 	}
-	byName := cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.enqueue,
-		UpdateFunc: func(_, obj any) { c.enqueue(obj) },
-		DeleteFunc: c.enqueue,
-	}
+	byName := ctrlutil.OnChange(c.enqueue)
 	bySlice := cache.ResourceEventHandlerFuncs{
 		AddFunc: c.enqueueSlice,
 		UpdateFunc: func(old, obj any) {
@@ -106,14 +102,7 @@ func (c *Controller) Run(ctx context.Context, workerCount int) {
 	workers.Run(ctx, c.queue, workerCount, "service", c.log, c.sync)
 }
 
-func (c *Controller) enqueue(obj any) {
-	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
-	if err != nil {
-		utilruntime.HandleError(err)
-		return
-	}
-	c.queue.Add(key)
-}
+func (c *Controller) enqueue(obj any) { ctrlutil.Enqueue(c.queue, obj) }
 
 func (c *Controller) enqueueSlice(obj any) {
 	if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {

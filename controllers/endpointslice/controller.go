@@ -11,7 +11,6 @@ import (
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -21,6 +20,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/nodenet/nodenet/controllers/internal/ctrlutil"
+	"github.com/nodenet/nodenet/controllers/internal/workers"
 )
 
 // ControllerName is the value of the endpointslice.kubernetes.io/managed-by
@@ -164,7 +164,7 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, o
 // Run waits for the caches, then syncs queued Services with workers
 // goroutines until ctx is done. A controller runs once: Run shuts its queue
 // down on return.
-func (c *Controller) Run(ctx context.Context, workers int) {
+func (c *Controller) Run(ctx context.Context, n int) {
 	defer utilruntime.HandleCrash()
 	if !c.running.TryLock() {
 		c.log.Error("Run called twice on one controller")
@@ -172,32 +172,15 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	}
 	defer c.running.Unlock()
 	defer c.queue.ShutDown()
-	if workers < 1 {
-		workers = 1
-	}
+	n = max(n, 1)
 
-	c.log.Info("starting", "workers", workers, "maxEndpointsPerSlice", c.opts.MaxEndpointsPerSlice)
+	c.log.Info("starting", "workers", n, "maxEndpointsPerSlice", c.opts.MaxEndpointsPerSlice)
 	defer c.log.Info("stopped")
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
 		return
 	}
 
-	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() {
-			wait.UntilWithContext(ctx, c.runWorker, time.Second)
-		})
-	}
-	<-ctx.Done()
-	// Shut the queue down before waiting, so idle workers blocked in Get
-	// return; ShutDown is idempotent, the deferred one is for early exits.
-	c.queue.ShutDown()
-	wg.Wait()
-}
-
-func (c *Controller) runWorker(ctx context.Context) {
-	for c.processNext(ctx) {
-	}
+	workers.Loop(ctx, c.queue, n, c.processNext)
 }
 
 func (c *Controller) processNext(ctx context.Context) bool {

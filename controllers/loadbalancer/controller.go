@@ -62,25 +62,13 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, o
 		alloc:    newAllocator(opts.Pools),
 		waiting:  map[string]bool{},
 	}
-	_, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.enqueue,
-		UpdateFunc: func(_, obj any) { c.enqueue(obj) },
-		DeleteFunc: c.enqueue,
-	})
-	if err != nil {
+	if _, err := inf.Informer().AddEventHandler(ctrlutil.OnChange(c.enqueue)); err != nil {
 		return nil, fmt.Errorf("register service handler: %w", err)
 	}
 	return c, nil
 }
 
-func (c *Controller) enqueue(obj any) {
-	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
-	if err != nil {
-		utilruntime.HandleError(err)
-		return
-	}
-	c.queue.Add(key)
-}
+func (c *Controller) enqueue(obj any) { ctrlutil.Enqueue(c.queue, obj) }
 
 // Run blocks until ctx is done. The table is rebuilt from every Service's
 // status before the first worker starts, so no allocation can hand out an

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/nodenet/nodenet/controllers/internal/ctrlutil"
+	"github.com/nodenet/nodenet/controllers/internal/workers"
 	"github.com/nodenet/nodenet/ipam/cidrset"
 )
 
@@ -139,7 +140,7 @@ func relevantUpdate(old, cur any) bool {
 
 // Run assigns CIDRs with the given number of workers until ctx is done,
 // and returns once they have stopped.
-func (c *Controller) Run(ctx context.Context, workers int) {
+func (c *Controller) Run(ctx context.Context, n int) {
 	defer c.queue.ShutDown()
 	c.log.Info("starting; waiting for the node cache")
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced) {
@@ -147,19 +148,10 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	}
 	// Every CIDR already held must be occupied before the first choice,
 	// or a restarted controller could hand one out twice.
-	n := c.occupyExisting()
-	c.log.Info("occupied existing node CIDRs", "nodes", n, "inUse", c.inUse())
+	occupied := c.occupyExisting()
+	c.log.Info("occupied existing node CIDRs", "nodes", occupied, "inUse", c.inUse())
 
-	var wg sync.WaitGroup
-	for range max(workers, 1) {
-		wg.Go(func() {
-			for c.processNext(ctx) {
-			}
-		})
-	}
-	<-ctx.Done()
-	c.queue.ShutDown()
-	wg.Wait()
+	workers.Loop(ctx, c.queue, n, c.processNext)
 	c.log.Info("stopped")
 }
 

@@ -81,20 +81,12 @@ func New(client kubernetes.Interface, factory informers.SharedInformerFactory, o
 	if err := podInf.Informer().AddIndexers(cache.Indexers{podsByNode: ctrlutil.PodNodeName}); err != nil {
 		return nil, fmt.Errorf("add pod index: %w", err)
 	}
-	if _, err := nodeInf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.enqueueNode,
-		UpdateFunc: func(_, obj any) { c.enqueueNode(obj) },
-		DeleteFunc: c.enqueueNode,
-	}); err != nil {
+	if _, err := nodeInf.Informer().AddEventHandler(ctrlutil.OnChange(c.enqueueNode)); err != nil {
 		return nil, fmt.Errorf("register node handler: %w", err)
 	}
 	if _, err := leaseInf.Informer().AddEventHandler(cache.FilteringResourceEventHandler{
 		FilterFunc: isNodeLease,
-		Handler: cache.ResourceEventHandlerFuncs{
-			AddFunc:    c.enqueueNode,
-			UpdateFunc: func(_, obj any) { c.enqueueNode(obj) },
-			DeleteFunc: c.enqueueNode,
-		},
+		Handler:    ctrlutil.OnChange(c.enqueueNode),
 	}); err != nil {
 		return nil, fmt.Errorf("register lease handler: %w", err)
 	}

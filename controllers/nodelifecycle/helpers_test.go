@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/nodenet/nodenet/internal/periodic"
 	"github.com/nodenet/nodenet/internal/testapi"
 )
 
@@ -58,7 +59,7 @@ func startHeartbeat(t *testing.T, client kubernetes.Interface, name string) *hea
 	ctx, cancel := context.WithCancel(testapi.Context(t))
 	h := &heartbeat{cancel: cancel, done: make(chan struct{})}
 	leases := client.CoordinationV1().Leases(LeaseNamespace)
-	renew := func() {
+	renew := func(context.Context) {
 		start := time.Now()
 		now := metav1.NewMicroTime(start)
 		l, err := leases.Get(ctx, name, metav1.GetOptions{})
@@ -81,19 +82,10 @@ func startHeartbeat(t *testing.T, client kubernetes.Interface, name string) *hea
 			t.Logf("renew lease %s: %v", name, err)
 		}
 	}
-	renew()
+	renew(ctx)
 	go func() {
 		defer close(h.done)
-		tick := time.NewTicker(200 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				renew()
-			}
-		}
+		periodic.Every(ctx, 200*time.Millisecond, renew)
 	}()
 	t.Cleanup(func() { h.stop() })
 	return h

@@ -123,14 +123,7 @@ func (c *Controller) onPodUpdate(old, cur any) {
 	c.onPod(cur)
 }
 
-func (c *Controller) enqueue(p *corev1.Pod) {
-	key, err := cache.MetaNamespaceKeyFunc(p)
-	if err != nil {
-		utilruntime.HandleError(err)
-		return
-	}
-	c.queue.Add(key)
-}
+func (c *Controller) enqueue(p *corev1.Pod) { ctrlutil.Enqueue(c.queue, p) }
 
 // mayFitMore reports whether a node change can let a pod fit that did not.
 func mayFitMore(old, cur *corev1.Node) bool {

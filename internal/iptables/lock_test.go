@@ -18,9 +18,7 @@ import (
 // ErrLocked; once it is released they succeed. The lock is a private file
 // (XTABLES_LOCKFILE), so the host's iptables users are never blocked.
 func TestLockContention(t *testing.T) {
-	if testing.Short() {
-		t.Skip("waits for the lock timeout")
-	}
+	nettest.SkipShort(t, "waits for the lock timeout")
 	requireBackends(t, IPv4)
 	ns := nettest.New(t)
 	lockFile := filepath.Join(t.TempDir(), "xtables.lock")

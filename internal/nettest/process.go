@@ -1,11 +1,9 @@
 package nettest
 
 import (
-	"bytes"
 	"errors"
 	"os"
 	"os/exec"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -14,8 +12,7 @@ import (
 // Process is a program a test runs inside a namespace (an upstream daemon,
 // say), with its combined output kept for assertions and failure reports.
 type Process struct {
-	mu   sync.Mutex
-	out  bytes.Buffer
+	out  Buffer
 	err  error
 	done chan struct{}
 }
@@ -48,15 +45,11 @@ func StartProcess(t testing.TB, ns *NS, env []string, name string, args ...strin
 }
 
 func (p *Process) Write(b []byte) (int, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	return p.out.Write(b)
 }
 
 // Log is everything the process wrote so far.
 func (p *Process) Log() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	return p.out.String()
 }
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/nodenet/nodenet/internal/nettest"
+	"github.com/nodenet/nodenet/internal/periodic"
 )
 
 // FlanneldVersion is the upstream flanneld the interoperability tests run.
@@ -149,16 +150,9 @@ func built(dir string, r recipe) bool {
 }
 
 func progress(ctx context.Context, t testing.TB, name string, start time.Time) {
-	tick := time.NewTicker(30 * time.Second)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			t.Logf("upstream %s: still building (%s)", name, time.Since(start).Round(time.Second))
-		}
-	}
+	periodic.Every(ctx, 30*time.Second, func(context.Context) {
+		t.Logf("upstream %s: still building (%s)", name, time.Since(start).Round(time.Second))
+	})
 }
 
 func runBuild(ctx context.Context, dir string, r recipe, bin string) error {

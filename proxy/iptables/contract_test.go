@@ -48,18 +48,18 @@ func contractSteps(fam proxy.Family) []contractStep {
 	svcs := proxytest.GoldenServices(fam)
 	sync := func(cs proxy.ChangeSet, ports ...*proxy.ServicePort) func(*Proxier, ipt.Runner) error {
 		return func(p *Proxier, _ ipt.Runner) error {
-			_, err := p.Sync(context.Background(), mkSnap(fam, ports...), cs)
+			_, err := p.Sync(context.Background(), proxytest.Snapshot(fam, ports...), cs)
 			return err
 		}
 	}
 	web2 := *svcs[0]
 	web2.Endpoints = web2.Endpoints[:1]
 	return []contractStep{
-		{name: "full sync", sync: sync(full, svcs...)},
-		{name: "partial: endpoint removed", sync: sync(changed(web2.Name), append([]*proxy.ServicePort{&web2}, svcs[1:]...)...)},
-		{name: "partial: services deleted", sync: sync(changed(svcs[2].Name, svcs[3].Name), append([]*proxy.ServicePort{&web2}, svcs[4:]...)...)},
-		{name: "partial: services back", sync: sync(changed(svcs[0].Name, svcs[2].Name, svcs[3].Name), svcs...)},
-		{name: "full sync again is a no-op", sync: sync(full, svcs...)},
+		{name: "full sync", sync: sync(proxytest.Full, svcs...)},
+		{name: "partial: endpoint removed", sync: sync(proxytest.Changed(web2.Name), append([]*proxy.ServicePort{&web2}, svcs[1:]...)...)},
+		{name: "partial: services deleted", sync: sync(proxytest.Changed(svcs[2].Name, svcs[3].Name), append([]*proxy.ServicePort{&web2}, svcs[4:]...)...)},
+		{name: "partial: services back", sync: sync(proxytest.Changed(svcs[0].Name, svcs[2].Name, svcs[3].Name), svcs...)},
+		{name: "full sync again is a no-op", sync: sync(proxytest.Full, svcs...)},
 		{name: "jump to a missing chain", restore: "*nat\n:NODENET-T1 - [0:0]\n-A NODENET-T1 -j NODENET-NOPE\nCOMMIT\n", wantErr: true},
 		{name: "rule in a missing chain", restore: "*nat\n-A NODENET-NOPE -j ACCEPT\nCOMMIT\n", wantErr: true},
 		{name: "delete a missing rule", restore: "*nat\n-D NODENET-SERVICES -p tcp -j ACCEPT\nCOMMIT\n", wantErr: true},

@@ -4,16 +4,6 @@ import (
 	ipt "github.com/nodenet/nodenet/internal/iptables"
 	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/proxy"
-	"github.com/nodenet/nodenet/proxy/proxytest"
-)
-
-// The snapshot builders are shared with the other data planes' tests.
-var (
-	mkPort        = proxytest.Port
-	withEndpoints = proxytest.WithEndpoints
-	mkSnap        = proxytest.Snapshot
-	changed       = proxytest.Changed
-	full          = proxytest.Full
 )
 
 // kernelRunner runs backend b's tools for family f inside the test

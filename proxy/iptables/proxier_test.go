@@ -1,18 +1,16 @@
 package iptables
 
 import (
-	ipt "github.com/nodenet/nodenet/internal/iptables"
-
 	"context"
 	"flag"
 	"fmt"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	ipt "github.com/nodenet/nodenet/internal/iptables"
 	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/proxy"
 	"github.com/nodenet/nodenet/proxy/proxytest"
@@ -23,20 +21,10 @@ var update = flag.Bool("update", false, "rewrite golden files")
 func TestMain(m *testing.M) { os.Exit(nettest.CheckNoLeaks(m)) }
 
 func TestGoldenRules(t *testing.T) {
-	for _, fam := range []proxy.Family{proxy.IPv4, proxy.IPv6} {
-		t.Run(fam.String(), func(t *testing.T) {
-			f := ipt.NewFake()
-			p := New(fam, f, nil)
-			res, err := p.Sync(context.Background(), mkSnap(fam, proxytest.GoldenServices(fam)...), full)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if res.Written == 0 || res.Total < res.Written {
-				t.Errorf("result %+v", res)
-			}
-			proxytest.Golden(t, filepath.Join("testdata", "golden-"+strings.ToLower(fam.String())+".txt"), f.Dump(), *update)
-		})
-	}
+	proxytest.CheckGoldenRules(t, ".txt", *update, func(_ *testing.T, fam proxy.Family) (proxy.DataPlane, func() string) {
+		f := ipt.NewFake()
+		return New(fam, f, nil), f.Dump
+	})
 }
 
 func v4(s string) netip.Addr { return netip.MustParseAddr(s) }
@@ -44,10 +32,10 @@ func v4(s string) netip.Addr { return netip.MustParseAddr(s) }
 func TestTracer(t *testing.T) {
 	f := ipt.NewFake()
 	p := New(proxy.IPv4, f, nil)
-	if _, err := p.Sync(context.Background(), mkSnap(proxy.IPv4, proxytest.GoldenServices(proxy.IPv4)...), full); err != nil {
+	if _, err := p.Sync(context.Background(), proxytest.Snapshot(proxy.IPv4, proxytest.GoldenServices(proxy.IPv4)...), proxytest.Full); err != nil {
 		t.Fatal(err)
 	}
-	proxytest.CheckGoldenTraces(t, func(t *testing.T, p packet) []outcome { return trace(t, f, p) })
+	proxytest.CheckGoldenTraces(t, func(t *testing.T, p proxytest.Packet) []proxytest.Outcome { return trace(t, f, p) })
 }
 
 // TestPartialEqualsFull drives random changes through partial syncs and
@@ -57,7 +45,7 @@ func TestPartialEqualsFull(t *testing.T) {
 	f := ipt.NewFake()
 	p := New(proxy.IPv4, f, nil)
 	churn := proxytest.NewChurn(proxytest.ChurnOpts{})
-	if _, err := p.Sync(ctx, churn.Snapshot(), full); err != nil {
+	if _, err := p.Sync(ctx, churn.Snapshot(), proxytest.Full); err != nil {
 		t.Fatal(err)
 	}
 	for round := range 60 {
@@ -66,7 +54,7 @@ func TestPartialEqualsFull(t *testing.T) {
 			t.Fatalf("round %d: partial sync: %v\n%s", round, err, f.LastData)
 		}
 		ref := ipt.NewFake()
-		if _, err := New(proxy.IPv4, ref, nil).Sync(ctx, snap, full); err != nil {
+		if _, err := New(proxy.IPv4, ref, nil).Sync(ctx, snap, proxytest.Full); err != nil {
 			t.Fatal(err)
 		}
 		if got, want := sortedDump(f), sortedDump(ref); got != want {
@@ -104,9 +92,9 @@ func sortedDump(f *ipt.Fake) string {
 func TestFullSyncRemovesStaleChainsAndRestoresHooks(t *testing.T) {
 	ctx := context.Background()
 	f := ipt.NewFake()
-	web := mkPort("default", "web", "10.96.0.10", 80, proxy.TCP, withEndpoints(8080, "10.244.1.2"))
-	gone := mkPort("default", "gone", "10.96.0.11", 80, proxy.TCP, withEndpoints(8080, "10.244.1.3"))
-	if _, err := New(proxy.IPv4, f, nil).Sync(ctx, mkSnap(proxy.IPv4, web, gone), full); err != nil {
+	web := proxytest.Port("default", "web", "10.96.0.10", 80, proxy.TCP, proxytest.WithEndpoints(8080, "10.244.1.2"))
+	gone := proxytest.Port("default", "gone", "10.96.0.11", 80, proxy.TCP, proxytest.WithEndpoints(8080, "10.244.1.3"))
+	if _, err := New(proxy.IPv4, f, nil).Sync(ctx, proxytest.Snapshot(proxy.IPv4, web, gone), proxytest.Full); err != nil {
 		t.Fatal(err)
 	}
 	// Another proxy's rules and someone deleting a hook.
@@ -115,7 +103,7 @@ func TestFullSyncRemovesStaleChainsAndRestoresHooks(t *testing.T) {
 	}
 	// A restarted proxy: fresh state, first sync is full.
 	p := New(proxy.IPv4, f, nil)
-	if _, err := p.Sync(ctx, mkSnap(proxy.IPv4, web), changed()); err != nil {
+	if _, err := p.Sync(ctx, proxytest.Snapshot(proxy.IPv4, web), proxytest.Changed()); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range f.Chains("nat") {
@@ -131,7 +119,7 @@ func TestFullSyncRemovesStaleChainsAndRestoresHooks(t *testing.T) {
 	}
 	// Idempotent: another full sync writes the same thing and adds no hook.
 	before, restores := f.Dump(), f.Restores
-	res, err := p.Sync(ctx, mkSnap(proxy.IPv4, web), full)
+	res, err := p.Sync(ctx, proxytest.Snapshot(proxy.IPv4, web), proxytest.Full)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +134,7 @@ func TestFullSyncRemovesStaleChainsAndRestoresHooks(t *testing.T) {
 	if err := f.Restore(ctx, []byte("*nat\n-A "+svcChain(web.Name)+" -j RETURN\nCOMMIT\n")); err != nil {
 		t.Fatal(err)
 	}
-	res, err = New(proxy.IPv4, f, nil).Sync(ctx, mkSnap(proxy.IPv4, web), full)
+	res, err = New(proxy.IPv4, f, nil).Sync(ctx, proxytest.Snapshot(proxy.IPv4, web), proxytest.Full)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,22 +185,22 @@ func TestSyncFailureForcesFullResync(t *testing.T) {
 	ctx := context.Background()
 	f := ipt.NewFake()
 	p := New(proxy.IPv4, f, nil)
-	web := mkPort("default", "web", "10.96.0.10", 80, proxy.TCP, withEndpoints(8080, "10.244.1.2"))
-	if _, err := p.Sync(ctx, mkSnap(proxy.IPv4, web), full); err != nil {
+	web := proxytest.Port("default", "web", "10.96.0.10", 80, proxy.TCP, proxytest.WithEndpoints(8080, "10.244.1.2"))
+	if _, err := p.Sync(ctx, proxytest.Snapshot(proxy.IPv4, web), proxytest.Full); err != nil {
 		t.Fatal(err)
 	}
 	// Someone flushes our chain behind our back: the partial -D fails.
 	if err := f.Restore(ctx, []byte("*nat\n:"+chainServices+" - [0:0]\nCOMMIT\n")); err != nil {
 		t.Fatal(err)
 	}
-	web2 := mkPort("default", "web", "10.96.0.10", 80, proxy.TCP, withEndpoints(8080, "10.244.1.5"))
-	if _, err := p.Sync(ctx, mkSnap(proxy.IPv4), changed(web2.Name)); err == nil {
+	web2 := proxytest.Port("default", "web", "10.96.0.10", 80, proxy.TCP, proxytest.WithEndpoints(8080, "10.244.1.5"))
+	if _, err := p.Sync(ctx, proxytest.Snapshot(proxy.IPv4), proxytest.Changed(web2.Name)); err == nil {
 		t.Fatal("partial sync on a flushed chain succeeded")
 	}
-	if _, err := p.Sync(ctx, mkSnap(proxy.IPv4, web2), changed()); err != nil {
+	if _, err := p.Sync(ctx, proxytest.Snapshot(proxy.IPv4, web2), proxytest.Changed()); err != nil {
 		t.Fatalf("recovery sync: %v", err)
 	}
-	if got := proxytest.Summarize(trace(t, f, packet{Src: v4("10.244.0.1"), Dst: v4("10.96.0.10"), Proto: "tcp", Dport: 80})); got != "[ACCEPT dnat=10.244.1.5:8080]" {
+	if got := proxytest.Summarize(trace(t, f, proxytest.Packet{Src: v4("10.244.0.1"), Dst: v4("10.96.0.10"), Proto: "tcp", Dport: 80})); got != "[ACCEPT dnat=10.244.1.5:8080]" {
 		t.Errorf("after recovery: %s", got)
 	}
 }

@@ -1,23 +1,18 @@
 package iptables
 
 import (
-	ipt "github.com/nodenet/nodenet/internal/iptables"
-
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
+	ipt "github.com/nodenet/nodenet/internal/iptables"
 	"github.com/nodenet/nodenet/proxy/proxytest"
 )
 
 // The tracer walks a proxytest.Packet through the Fake's rules (nat, then
 // filter); a recent list records affinity.
-type (
-	packet  = proxytest.Packet
-	outcome = proxytest.Outcome
-)
 
 type traceState struct {
 	mark    uint32
@@ -28,13 +23,13 @@ type traceState struct {
 }
 
 // trace walks p through nat then filter of f and returns every outcome.
-func trace(t *testing.T, f *ipt.Fake, p packet) []outcome {
+func trace(t *testing.T, f *ipt.Fake, p proxytest.Packet) []proxytest.Outcome {
 	t.Helper()
 	hook := "PREROUTING"
 	if p.Local {
 		hook = "OUTPUT"
 	}
-	var outs []outcome
+	var outs []proxytest.Outcome
 	for _, st := range walk(t, f, "nat", hook, p, traceState{}) {
 		dst := p.Dst
 		if st.dnat != "" {
@@ -57,13 +52,13 @@ func trace(t *testing.T, f *ipt.Fake, p packet) []outcome {
 			if v == "" {
 				v = "ACCEPT"
 			}
-			outs = append(outs, outcome{DNAT: st.dnat, Masq: st.mark&0x4000 != 0, Verdict: v, Affinity: st.recent})
+			outs = append(outs, proxytest.Outcome{DNAT: st.dnat, Masq: st.mark&0x4000 != 0, Verdict: v, Affinity: st.recent})
 		}
 	}
 	return outs
 }
 
-func walk(t *testing.T, f *ipt.Fake, table, chain string, p packet, st traceState) []traceState {
+func walk(t *testing.T, f *ipt.Fake, table, chain string, p proxytest.Packet, st traceState) []traceState {
 	t.Helper()
 	rules := f.Rules(table, chain)
 	states := []traceState{st}
@@ -122,7 +117,7 @@ func splitTarget(args []string) (int, int) {
 
 // evalMatches reports whether the packet can match (yes) and can not match
 // (no); random matches allow both.
-func evalMatches(t *testing.T, args []string, p packet, mark uint32) (yes, no bool) {
+func evalMatches(t *testing.T, args []string, p proxytest.Packet, mark uint32) (yes, no bool) {
 	t.Helper()
 	match := true
 	random := false
@@ -209,7 +204,7 @@ func evalMatches(t *testing.T, args []string, p packet, mark uint32) (yes, no bo
 	return true, false
 }
 
-func applyTarget(t *testing.T, f *ipt.Fake, table string, args []string, p packet, s traceState) []traceState {
+func applyTarget(t *testing.T, f *ipt.Fake, table string, args []string, p proxytest.Packet, s traceState) []traceState {
 	t.Helper()
 	switch args[0] {
 	case "ACCEPT", "DROP", "REJECT":

@@ -39,7 +39,7 @@ func contractSteps(fam proxy.Family) []contractStep {
 	svcs := proxytest.GoldenServices(fam)
 	sync := func(cs proxy.ChangeSet, ports ...*proxy.ServicePort) func(*Proxier, Runner) error {
 		return func(p *Proxier, _ Runner) error {
-			_, err := p.Sync(context.Background(), mkSnap(fam, ports...), cs)
+			_, err := p.Sync(context.Background(), proxytest.Snapshot(fam, ports...), cs)
 			return err
 		}
 	}
@@ -58,21 +58,21 @@ func contractSteps(fam proxy.Family) []contractStep {
 		key = "fd00::99:1 . tcp . 80"
 	}
 	return []contractStep{
-		{name: "full sync", sync: sync(full, svcs...)},
-		{name: "partial: endpoint replaced (element path)", sync: sync(changed(webNew.Name), append([]*proxy.ServicePort{&webNew}, svcs[1:]...)...)},
+		{name: "full sync", sync: sync(proxytest.Full, svcs...)},
+		{name: "partial: endpoint replaced (element path)", sync: sync(proxytest.Changed(webNew.Name), append([]*proxy.ServicePort{&webNew}, svcs[1:]...)...)},
 		{name: "element path: deleting a missing element", elements: []Op{{Kind: OpDeleteElement, Set: setHairpin, Layout: hairpin, Key: key4or6(fam, "192.0.2.99") + " . " + key4or6(fam, "192.0.2.99")}}, wantErr: msgNoEnt},
 		{name: "element path: adding to a missing set", elements: []Op{{Set: "nope", Layout: hairpin, Key: key4or6(fam, "192.0.2.99") + " . " + key4or6(fam, "192.0.2.99")}}, wantErr: msgNoEnt},
 		{name: "element path: one bad element aborts the batch", elements: []Op{
 			{Set: setHairpin, Layout: hairpin, Key: key4or6(fam, "192.0.2.98") + " . " + key4or6(fam, "192.0.2.98")},
 			{Kind: OpDeleteElement, Set: setHairpin, Layout: hairpin, Key: key4or6(fam, "192.0.2.99") + " . " + key4or6(fam, "192.0.2.99")}}, wantErr: msgNoEnt},
-		{name: "partial: endpoint removed", sync: sync(changed(web2.Name), append([]*proxy.ServicePort{&web2}, svcs[1:]...)...)},
-		{name: "partial: services deleted", sync: sync(changed(svcs[2].Name, svcs[3].Name), append([]*proxy.ServicePort{&web2}, svcs[4:]...)...)},
-		{name: "partial: services back, affinity timeout changed", sync: sync(changed(svcs[0].Name, svcs[2].Name, svcs[3].Name, sticky2.Name),
+		{name: "partial: endpoint removed", sync: sync(proxytest.Changed(web2.Name), append([]*proxy.ServicePort{&web2}, svcs[1:]...)...)},
+		{name: "partial: services deleted", sync: sync(proxytest.Changed(svcs[2].Name, svcs[3].Name), append([]*proxy.ServicePort{&web2}, svcs[4:]...)...)},
+		{name: "partial: services back, affinity timeout changed", sync: sync(proxytest.Changed(svcs[0].Name, svcs[2].Name, svcs[3].Name, sticky2.Name),
 			append(append([]*proxy.ServicePort{}, svcs[:5]...), append([]*proxy.ServicePort{&sticky2}, svcs[6:]...)...)...)},
-		{name: "full sync converges", sync: sync(full, svcs...)},
-		{name: "full sync again", sync: sync(full, svcs...)},
+		{name: "full sync converges", sync: sync(proxytest.Full, svcs...)},
+		{name: "full sync again", sync: sync(proxytest.Full, svcs...)},
 		{name: "someone else's map and set in our table", script: "add map " + T + " stale-map { type inet_service : verdict ; }\nadd set " + T + " stale-set { type inet_service ; }\n"},
-		{name: "full sync deletes them", sync: sync(full, svcs...)},
+		{name: "full sync deletes them", sync: sync(proxytest.Full, svcs...)},
 		{name: "jump to a missing chain", script: "add chain " + T + " t1\nadd rule " + T + " t1 jump nope\n", wantErr: msgNoEnt},
 		{name: "element naming a missing chain", script: "add element " + T + " service-ips { " + key + " : goto nope }\n", wantErr: msgNoEnt},
 		{name: "deleting a missing element", script: "delete element " + T + " service-ips { " + key + " }\n", wantErr: msgNoEnt},
@@ -82,8 +82,8 @@ func contractSteps(fam proxy.Family) []contractStep {
 		{name: "DNAT reachable from a filter hook", script: "add chain " + T + " d1\nadd rule " + T + " d1 meta l4proto tcp dnat to " + map[bool]string{true: "[fd00::1]", false: "10.0.0.1"}[fam == proxy.IPv6] + ":80\nadd rule " + T + " service-endpoints-check jump d1\n", wantErr: msgNotSupp},
 		{name: "cleanup", sync: func(p *Proxier, _ Runner) error { return p.Cleanup(context.Background()) }},
 		{name: "cleanup twice", sync: func(p *Proxier, _ Runner) error { return p.Cleanup(context.Background()) }},
-		{name: "full sync after cleanup", sync: sync(full, svcs...)},
-		{name: "partial: everything deleted", sync: sync(changed(svcs[0].Name, svcs[1].Name, svcs[2].Name, svcs[3].Name, svcs[4].Name, svcs[5].Name, svcs[6].Name, svcs[7].Name, svcs[8].Name))},
+		{name: "full sync after cleanup", sync: sync(proxytest.Full, svcs...)},
+		{name: "partial: everything deleted", sync: sync(proxytest.Changed(svcs[0].Name, svcs[1].Name, svcs[2].Name, svcs[3].Name, svcs[4].Name, svcs[5].Name, svcs[6].Name, svcs[7].Name, svcs[8].Name))},
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,51 +29,46 @@ func famName(fam proxy.Family) string {
 }
 
 func TestGoldenRuleset(t *testing.T) {
-	for _, fam := range []proxy.Family{proxy.IPv4, proxy.IPv6} {
-		t.Run(fam.String(), func(t *testing.T) {
-			f := NewFake()
-			p := New(fam, f, nil)
-			res, err := p.Sync(context.Background(), mkSnap(fam, proxytest.GoldenServices(fam)...), full)
-			if err != nil {
-				t.Fatalf("%v\n%s", err, f.LastScript)
+	proxytest.CheckGoldenRules(t, ".nft", *update, func(t *testing.T, fam proxy.Family) (proxy.DataPlane, func() string) {
+		f := NewFake()
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("last script:\n%s", f.LastScript)
 			}
-			if res.Written == 0 || res.Total < res.Written {
-				t.Errorf("result %+v", res)
-			}
-			proxytest.Golden(t, filepath.Join("testdata", "golden-"+strings.ToLower(fam.String())+".nft"), f.Dump(), *update)
 		})
-	}
+		return New(fam, f, nil), f.Dump
+	})
 }
 
 func TestTracer(t *testing.T) {
 	f := NewFake()
 	p := New(proxy.IPv4, f, nil)
-	if _, err := p.Sync(context.Background(), mkSnap(proxy.IPv4, proxytest.GoldenServices(proxy.IPv4)...), full); err != nil {
+	if _, err := p.Sync(context.Background(), proxytest.Snapshot(proxy.IPv4, proxytest.GoldenServices(proxy.IPv4)...), proxytest.Full); err != nil {
 		t.Fatal(err)
 	}
-	tr := func(t *testing.T, p packet) []outcome { return trace(t, f, "ip", p) }
+	tr := func(t *testing.T, p proxytest.Packet) []proxytest.Outcome { return trace(t, f, "ip", p) }
 	proxytest.CheckGoldenTraces(t, tr)
 	node := []netip.Addr{v4("192.168.0.2"), v4("127.0.0.1")}
 	proxytest.CheckTraces(t, tr, []proxytest.TraceCase{
 		{Name: "NodePort on loopback: untouched",
-			Packet: packet{Src: v4("127.0.0.1"), Dst: v4("127.0.0.1"), Proto: "tcp", Dport: 30080, Addrs: node},
+			Packet: proxytest.Packet{Src: v4("127.0.0.1"), Dst: v4("127.0.0.1"), Proto: "tcp", Dport: 30080, Addrs: node},
 			Want:   "[ACCEPT]"},
 	})
 }
 
 func TestTracerNodePortAddressesAndMasqueradeAll(t *testing.T) {
 	f := NewFake()
-	snap := mkSnap(proxy.IPv4, mkPort("default", "np", "10.96.0.20", 80, proxy.TCP, withNodePort(30080), withEndpoints(8080, "10.244.1.3")))
+	snap := proxytest.Snapshot(proxy.IPv4, proxytest.Port("default", "np", "10.96.0.20", 80, proxy.TCP, proxytest.WithNodePort(30080), proxytest.WithEndpoints(8080, "10.244.1.3")))
 	snap.NodePorts = proxy.NodePorts{Addrs: []netip.Addr{v4("192.168.0.2")}}
 	snap.MasqueradeAll = true
-	if _, err := New(proxy.IPv4, f, nil).Sync(context.Background(), snap, full); err != nil {
+	if _, err := New(proxy.IPv4, f, nil).Sync(context.Background(), snap, proxytest.Full); err != nil {
 		t.Fatal(err)
 	}
 	node := []netip.Addr{v4("192.168.0.2"), v4("192.168.1.2")}
-	proxytest.CheckTraces(t, func(t *testing.T, p packet) []outcome { return trace(t, f, "ip", p) }, []proxytest.TraceCase{
-		{Name: "NodePort on a --nodeport-addresses address", Packet: packet{Src: v4("172.16.0.1"), Dst: v4("192.168.0.2"), Proto: "tcp", Dport: 30080, Addrs: node}, Want: "[ACCEPT dnat=10.244.1.3:8080 masq]"},
-		{Name: "NodePort on another local address", Packet: packet{Src: v4("172.16.0.1"), Dst: v4("192.168.1.2"), Proto: "tcp", Dport: 30080, Addrs: node}, Want: "[ACCEPT]"},
-		{Name: "masquerade-all: even pods", Packet: packet{Src: v4("10.244.0.9"), Dst: v4("10.96.0.20"), Proto: "tcp", Dport: 80}, Want: "[ACCEPT dnat=10.244.1.3:8080 masq]"},
+	proxytest.CheckTraces(t, func(t *testing.T, p proxytest.Packet) []proxytest.Outcome { return trace(t, f, "ip", p) }, []proxytest.TraceCase{
+		{Name: "NodePort on a --nodeport-addresses address", Packet: proxytest.Packet{Src: v4("172.16.0.1"), Dst: v4("192.168.0.2"), Proto: "tcp", Dport: 30080, Addrs: node}, Want: "[ACCEPT dnat=10.244.1.3:8080 masq]"},
+		{Name: "NodePort on another local address", Packet: proxytest.Packet{Src: v4("172.16.0.1"), Dst: v4("192.168.1.2"), Proto: "tcp", Dport: 30080, Addrs: node}, Want: "[ACCEPT]"},
+		{Name: "masquerade-all: even pods", Packet: proxytest.Packet{Src: v4("10.244.0.9"), Dst: v4("10.96.0.20"), Proto: "tcp", Dport: 80}, Want: "[ACCEPT dnat=10.244.1.3:8080 masq]"},
 	})
 }
 
@@ -145,7 +139,7 @@ func TestPartialEqualsFull(t *testing.T) {
 	p := New(proxy.IPv4, f, nil)
 	// A shared external IP: only one service may own it.
 	churn := proxytest.NewChurn(proxytest.ChurnOpts{VaryAffinity: true, SharedExternalIP: "198.51.100.1"})
-	if _, err := p.Sync(ctx, churn.Snapshot(), full); err != nil {
+	if _, err := p.Sync(ctx, churn.Snapshot(), proxytest.Full); err != nil {
 		t.Fatalf("%v\n%s", err, f.LastScript)
 	}
 	for round := range 80 {
@@ -154,7 +148,7 @@ func TestPartialEqualsFull(t *testing.T) {
 			t.Fatalf("round %d: partial sync: %v\n%s", round, err, f.LastScript)
 		}
 		ref := NewFake()
-		if _, err := New(proxy.IPv4, ref, nil).Sync(ctx, snap, full); err != nil {
+		if _, err := New(proxy.IPv4, ref, nil).Sync(ctx, snap, proxytest.Full); err != nil {
 			t.Fatal(err)
 		}
 		got, want := normalized(f.Dump()), normalized(ref.Dump())
@@ -189,9 +183,9 @@ func sharedIPOnly(a, b string) bool {
 func TestFullSyncRemovesStaleObjectsAndKeepsOthers(t *testing.T) {
 	ctx := context.Background()
 	f := NewFake()
-	web := mkPort("default", "web", "10.96.0.10", 80, proxy.TCP, withEndpoints(8080, "10.244.1.2"))
-	gone := mkPort("default", "gone", "10.96.0.11", 80, proxy.TCP, withEndpoints(8080, "10.244.1.3"), withAffinity(time.Minute))
-	if _, err := New(proxy.IPv4, f, nil).Sync(ctx, mkSnap(proxy.IPv4, web, gone), full); err != nil {
+	web := proxytest.Port("default", "web", "10.96.0.10", 80, proxy.TCP, proxytest.WithEndpoints(8080, "10.244.1.2"))
+	gone := proxytest.Port("default", "gone", "10.96.0.11", 80, proxy.TCP, proxytest.WithEndpoints(8080, "10.244.1.3"), proxytest.WithAffinity(time.Minute))
+	if _, err := New(proxy.IPv4, f, nil).Sync(ctx, proxytest.Snapshot(proxy.IPv4, web, gone), proxytest.Full); err != nil {
 		t.Fatal(err)
 	}
 	// Someone else's table, and someone deleting one of our fixed rules.
@@ -200,7 +194,7 @@ func TestFullSyncRemovesStaleObjectsAndKeepsOthers(t *testing.T) {
 	}
 	// A restarted proxy: fresh state, first sync is full.
 	p := New(proxy.IPv4, f, nil)
-	if _, err := p.Sync(ctx, mkSnap(proxy.IPv4, web), changed()); err != nil {
+	if _, err := p.Sync(ctx, proxytest.Snapshot(proxy.IPv4, web), proxytest.Changed()); err != nil {
 		t.Fatalf("%v\n%s", err, f.LastScript)
 	}
 	tab := f.Table("ip", TableName)
@@ -221,7 +215,7 @@ func TestFullSyncRemovesStaleObjectsAndKeepsOthers(t *testing.T) {
 		t.Error("another table was touched")
 	}
 	before := f.Dump()
-	if _, err := p.Sync(ctx, mkSnap(proxy.IPv4, web), full); err != nil {
+	if _, err := p.Sync(ctx, proxytest.Snapshot(proxy.IPv4, web), proxytest.Full); err != nil {
 		t.Fatal(err)
 	}
 	if f.Dump() != before {
@@ -244,18 +238,18 @@ func TestPartialSyncIsSmall(t *testing.T) {
 	p := New(proxy.IPv4, f, nil)
 	var ports []*proxy.ServicePort
 	for i := range 50 {
-		ports = append(ports, mkPort("ns", fmt.Sprint("svc", i), fmt.Sprintf("10.96.0.%d", i+1), 80, proxy.TCP,
-			withEndpoints(8080, fmt.Sprintf("10.244.1.%d", i+1), fmt.Sprintf("10.244.2.%d", i+1))))
+		ports = append(ports, proxytest.Port("ns", fmt.Sprint("svc", i), fmt.Sprintf("10.96.0.%d", i+1), 80, proxy.TCP,
+			proxytest.WithEndpoints(8080, fmt.Sprintf("10.244.1.%d", i+1), fmt.Sprintf("10.244.2.%d", i+1))))
 	}
-	if _, err := p.Sync(ctx, mkSnap(proxy.IPv4, ports...), full); err != nil {
+	if _, err := p.Sync(ctx, proxytest.Snapshot(proxy.IPv4, ports...), proxytest.Full); err != nil {
 		t.Fatal(err)
 	}
 	// Replacing an endpoint changes only elements of data sets: it must
 	// take the element path (no nft CLI, no chain re-validation).
-	changedPort := mkPort("ns", "svc7", "10.96.0.8", 80, proxy.TCP, withEndpoints(8080, "10.244.1.8", "10.244.9.9"))
+	changedPort := proxytest.Port("ns", "svc7", "10.96.0.8", 80, proxy.TCP, proxytest.WithEndpoints(8080, "10.244.1.8", "10.244.9.9"))
 	ports[7] = changedPort
 	applies, batches := f.Applies, f.Batches
-	res, err := p.Sync(ctx, mkSnap(proxy.IPv4, ports...), changed(changedPort.Name))
+	res, err := p.Sync(ctx, proxytest.Snapshot(proxy.IPv4, ports...), proxytest.Changed(changedPort.Name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,18 +271,18 @@ func TestPartialSyncIsSmall(t *testing.T) {
 		t.Errorf("partial sync wrote %d rules/elements:\n%s", res.Written, script)
 	}
 	// A third endpoint rewrites the service chain's rules: still a batch.
-	ports[7] = mkPort("ns", "svc7", "10.96.0.8", 80, proxy.TCP, withEndpoints(8080, "10.244.1.8", "10.244.9.9", "10.244.9.10"))
+	ports[7] = proxytest.Port("ns", "svc7", "10.96.0.8", 80, proxy.TCP, proxytest.WithEndpoints(8080, "10.244.1.8", "10.244.9.9", "10.244.9.10"))
 	applies, batches = f.Applies, f.Batches
-	if _, err := p.Sync(ctx, mkSnap(proxy.IPv4, ports...), changed(ports[7].Name)); err != nil {
+	if _, err := p.Sync(ctx, proxytest.Snapshot(proxy.IPv4, ports...), proxytest.Changed(ports[7].Name)); err != nil {
 		t.Fatal(err)
 	}
 	if f.Applies != applies || f.Batches != batches+1 || !strings.Contains(string(f.LastScript), "numgen random mod 3 offset ") {
 		t.Errorf("scale-up: %d scripts, %d batches:\n%s", f.Applies-applies, f.Batches-batches, f.LastScript)
 	}
 	// A new service needs chains: that goes through nft.
-	ports = append(ports, mkPort("ns", "new", "10.96.1.1", 80, proxy.TCP, withEndpoints(8080, "10.244.7.7")))
+	ports = append(ports, proxytest.Port("ns", "new", "10.96.1.1", 80, proxy.TCP, proxytest.WithEndpoints(8080, "10.244.7.7")))
 	applies = f.Applies
-	if _, err := p.Sync(ctx, mkSnap(proxy.IPv4, ports...), changed(ports[len(ports)-1].Name)); err != nil {
+	if _, err := p.Sync(ctx, proxytest.Snapshot(proxy.IPv4, ports...), proxytest.Changed(ports[len(ports)-1].Name)); err != nil {
 		t.Fatal(err)
 	}
 	if f.Applies != applies+1 {
@@ -296,7 +290,7 @@ func TestPartialSyncIsSmall(t *testing.T) {
 	}
 	// Nothing changed: no transaction at all.
 	n := f.Applies
-	if _, err := p.Sync(ctx, mkSnap(proxy.IPv4, ports...), changed(ports[3].Name)); err != nil {
+	if _, err := p.Sync(ctx, proxytest.Snapshot(proxy.IPv4, ports...), proxytest.Changed(ports[3].Name)); err != nil {
 		t.Fatal(err)
 	}
 	if f.Applies != n {
@@ -309,34 +303,34 @@ func TestEmptyAndEdgeSnapshots(t *testing.T) {
 	for _, fam := range []proxy.Family{proxy.IPv4, proxy.IPv6} {
 		f := NewFake()
 		p := New(fam, f, nil)
-		empty := mkSnap(fam)
+		empty := proxytest.Snapshot(fam)
 		empty.ClusterCIDRs = nil
-		if _, err := p.Sync(ctx, empty, full); err != nil {
+		if _, err := p.Sync(ctx, empty, proxytest.Full); err != nil {
 			t.Fatalf("%s empty snapshot: %v\n%s", fam, err, f.LastScript)
 		}
 		// Nothing programmable, nothing to delete: partial sync no-op.
-		if _, err := p.Sync(ctx, empty, changed(spName("x", "y", "p", proxy.TCP))); err != nil {
+		if _, err := p.Sync(ctx, empty, proxytest.Changed(proxytest.PortName("x", "y", "p", proxy.TCP))); err != nil {
 			t.Fatal(err)
 		}
-		edge := mkSnap(fam)
+		edge := proxytest.Snapshot(fam)
 		edge.NodePorts = proxy.NodePorts{} // --nodeport-addresses matched nothing
 		ip := "10.96.0.1"
 		if fam == proxy.IPv6 {
 			ip = "fd00::1"
 		}
-		sp := mkPort("default", "edge", ip, 65535, proxy.SCTP, withNodePort(30000), withETPLocal, withAffinity(24*time.Hour))
+		sp := proxytest.Port("default", "edge", ip, 65535, proxy.SCTP, proxytest.WithNodePort(30000), proxytest.WithETPLocal, proxytest.WithAffinity(24*time.Hour))
 		sp.LoadBalancerSourceRanges = nil
-		edge = mkSnap(fam, sp)
+		edge = proxytest.Snapshot(fam, sp)
 		edge.NodePorts = proxy.NodePorts{}
-		if _, err := p.Sync(ctx, edge, full); err != nil {
+		if _, err := p.Sync(ctx, edge, proxytest.Full); err != nil {
 			t.Fatalf("%s edge snapshot: %v\n%s", fam, err, f.LastScript)
 		}
-		if _, err := p.Sync(ctx, mkSnap(fam), changed(sp.Name)); err != nil {
+		if _, err := p.Sync(ctx, proxytest.Snapshot(fam), proxytest.Changed(sp.Name)); err != nil {
 			t.Fatalf("%s removing the edge service: %v\n%s", fam, err, f.LastScript)
 		}
 	}
 	// A snapshot of the wrong family is refused, not programmed.
-	if _, err := New(proxy.IPv4, NewFake(), nil).Sync(ctx, mkSnap(proxy.IPv6), full); err == nil {
+	if _, err := New(proxy.IPv4, NewFake(), nil).Sync(ctx, proxytest.Snapshot(proxy.IPv6), proxytest.Full); err == nil {
 		t.Error("IPv4 proxier accepted an IPv6 snapshot")
 	}
 }
@@ -392,23 +386,23 @@ func TestSyncFailureForcesFullResync(t *testing.T) {
 	ctx := context.Background()
 	f := NewFake()
 	p := New(proxy.IPv4, f, nil)
-	web := mkPort("default", "web", "10.96.0.10", 80, proxy.TCP, withEndpoints(8080, "10.244.1.2"))
-	if _, err := p.Sync(ctx, mkSnap(proxy.IPv4, web), full); err != nil {
+	web := proxytest.Port("default", "web", "10.96.0.10", 80, proxy.TCP, proxytest.WithEndpoints(8080, "10.244.1.2"))
+	if _, err := p.Sync(ctx, proxytest.Snapshot(proxy.IPv4, web), proxytest.Full); err != nil {
 		t.Fatal(err)
 	}
 	// Someone flushes our map behind our back: the partial delete fails.
 	if err := f.Apply(ctx, []byte("flush map ip nodenet-proxy service-ips\n")); err != nil {
 		t.Fatal(err)
 	}
-	web2 := mkPort("default", "web", "10.96.0.10", 80, proxy.TCP)
-	if _, err := p.Sync(ctx, mkSnap(proxy.IPv4, web2), changed(web2.Name)); err == nil {
+	web2 := proxytest.Port("default", "web", "10.96.0.10", 80, proxy.TCP)
+	if _, err := p.Sync(ctx, proxytest.Snapshot(proxy.IPv4, web2), proxytest.Changed(web2.Name)); err == nil {
 		t.Fatal("partial sync on a flushed map succeeded")
 	}
-	web3 := mkPort("default", "web", "10.96.0.10", 80, proxy.TCP, withEndpoints(8080, "10.244.1.5"))
-	if _, err := p.Sync(ctx, mkSnap(proxy.IPv4, web3), changed()); err != nil {
+	web3 := proxytest.Port("default", "web", "10.96.0.10", 80, proxy.TCP, proxytest.WithEndpoints(8080, "10.244.1.5"))
+	if _, err := p.Sync(ctx, proxytest.Snapshot(proxy.IPv4, web3), proxytest.Changed()); err != nil {
 		t.Fatalf("recovery sync: %v\n%s", err, f.LastScript)
 	}
-	if got := proxytest.Summarize(trace(t, f, "ip", packet{Src: v4("10.244.0.1"), Dst: v4("10.96.0.10"), Proto: "tcp", Dport: 80})); got != "[ACCEPT dnat=10.244.1.5:8080]" {
+	if got := proxytest.Summarize(trace(t, f, "ip", proxytest.Packet{Src: v4("10.244.0.1"), Dst: v4("10.96.0.10"), Proto: "tcp", Dport: 80})); got != "[ACCEPT dnat=10.244.1.5:8080]" {
 		t.Errorf("after recovery: %s", got)
 	}
 }
@@ -441,9 +435,9 @@ func TestSharedHairpinElement(t *testing.T) {
 	ctx := context.Background()
 	f := NewFake()
 	p := New(proxy.IPv4, f, nil)
-	a := mkPort("ns", "a", "10.96.0.1", 80, proxy.TCP, withEndpoints(8080, "10.244.1.1"))
-	b := mkPort("ns", "b", "10.96.0.2", 81, proxy.TCP, withEndpoints(8081, "10.244.1.1"))
-	if _, err := p.Sync(ctx, mkSnap(proxy.IPv4, a, b), full); err != nil {
+	a := proxytest.Port("ns", "a", "10.96.0.1", 80, proxy.TCP, proxytest.WithEndpoints(8080, "10.244.1.1"))
+	b := proxytest.Port("ns", "b", "10.96.0.2", 81, proxy.TCP, proxytest.WithEndpoints(8081, "10.244.1.1"))
+	if _, err := p.Sync(ctx, proxytest.Snapshot(proxy.IPv4, a, b), proxytest.Full); err != nil {
 		t.Fatal(err)
 	}
 	const key = "10.244.1.1 . 10.244.1.1"
@@ -451,20 +445,20 @@ func TestSharedHairpinElement(t *testing.T) {
 	if !has() {
 		t.Fatalf("hairpin element missing after full sync:\n%s", f.Dump())
 	}
-	if _, err := p.Sync(ctx, mkSnap(proxy.IPv4, b), changed(a.Name)); err != nil {
+	if _, err := p.Sync(ctx, proxytest.Snapshot(proxy.IPv4, b), proxytest.Changed(a.Name)); err != nil {
 		t.Fatal(err)
 	}
 	if !has() {
 		t.Fatalf("hairpin element removed while service b still uses it:\n%s", f.Dump())
 	}
-	if _, err := p.Sync(ctx, mkSnap(proxy.IPv4), changed(b.Name)); err != nil {
+	if _, err := p.Sync(ctx, proxytest.Snapshot(proxy.IPv4), proxytest.Changed(b.Name)); err != nil {
 		t.Fatal(err)
 	}
 	if has() {
 		t.Fatalf("hairpin element left after both services went:\n%s", f.Dump())
 	}
 	// And back: a partial sync re-adds it once.
-	if _, err := p.Sync(ctx, mkSnap(proxy.IPv4, a, b), changed(a.Name, b.Name)); err != nil {
+	if _, err := p.Sync(ctx, proxytest.Snapshot(proxy.IPv4, a, b), proxytest.Changed(a.Name, b.Name)); err != nil {
 		t.Fatal(err)
 	}
 	if !has() {

@@ -12,10 +12,6 @@ import (
 
 // The tracer walks a proxytest.Packet through the hooks of the Fake's
 // table; a dynamic set records affinity.
-type (
-	packet  = proxytest.Packet
-	outcome = proxytest.Outcome
-)
 
 // tstate is the tracer's state along one branch.
 type tstate struct {
@@ -30,7 +26,7 @@ type tstate struct {
 type tracer struct {
 	t   *testing.T
 	tab *FakeTable
-	p   packet
+	p   proxytest.Packet
 }
 
 func priority(s string) int {
@@ -63,7 +59,7 @@ func (tr *tracer) baseChains(hook string) []*FakeChain {
 }
 
 // trace walks p through the hooks of f's table and returns every outcome.
-func trace(t *testing.T, f *Fake, fam string, p packet) []outcome {
+func trace(t *testing.T, f *Fake, fam string, p proxytest.Packet) []proxytest.Outcome {
 	t.Helper()
 	tab := f.Table(fam, TableName)
 	if tab == nil {
@@ -74,11 +70,11 @@ func trace(t *testing.T, f *Fake, fam string, p packet) []outcome {
 	if p.Local {
 		hooks = []string{"output"}
 	}
-	var outs []outcome
-	var run func(hooks []string, p packet, st tstate)
-	run = func(hooks []string, p packet, st tstate) {
+	var outs []proxytest.Outcome
+	var run func(hooks []string, p proxytest.Packet, st tstate)
+	run = func(hooks []string, p proxytest.Packet, st tstate) {
 		if len(hooks) == 0 {
-			outs = append(outs, outcome{Verdict: "ACCEPT", DNAT: st.dnat, Masq: st.masq, Affinity: st.affinity})
+			outs = append(outs, proxytest.Outcome{Verdict: "ACCEPT", DNAT: st.dnat, Masq: st.masq, Affinity: st.affinity})
 			return
 		}
 		hook := hooks[0]
@@ -95,7 +91,7 @@ func trace(t *testing.T, f *Fake, fam string, p packet) []outcome {
 				for _, r := range tr.chain(c.Name, q, s, 0) {
 					r.ret = false
 					if r.verdict == "drop" || r.verdict == "reject" {
-						outs = append(outs, outcome{Verdict: strings.ToUpper(r.verdict), DNAT: r.dnat})
+						outs = append(outs, proxytest.Outcome{Verdict: strings.ToUpper(r.verdict), DNAT: r.dnat})
 						continue
 					}
 					r.verdict = ""
@@ -128,7 +124,7 @@ func trace(t *testing.T, f *Fake, fam string, p packet) []outcome {
 	return outs
 }
 
-func applyDNAT(p *packet, dnat string) {
+func applyDNAT(p *proxytest.Packet, dnat string) {
 	if dnat == "" {
 		return
 	}
@@ -139,7 +135,7 @@ func applyDNAT(p *packet, dnat string) {
 // chain runs the rules of one chain; returned states either carry a
 // terminal verdict, or ret (return to the caller), or fell off the end
 // (also a return).
-func (tr *tracer) chain(name string, p packet, st tstate, depth int) []tstate {
+func (tr *tracer) chain(name string, p proxytest.Packet, st tstate, depth int) []tstate {
 	if depth > jumpStackSize {
 		tr.t.Fatalf("trace: jump stack exhausted at %s", name)
 	}
@@ -167,7 +163,7 @@ func (tr *tracer) chain(name string, p packet, st tstate, depth int) []tstate {
 
 // eval evaluates the statements of one rule from token i on. A failed match
 // returns the state unchanged (continue with the next rule).
-func (tr *tracer) eval(w []string, p packet, s tstate, depth int) []tstate {
+func (tr *tracer) eval(w []string, p proxytest.Packet, s tstate, depth int) []tstate {
 	t := tr.t
 	ip := tr.tab.Family
 	for i := 0; i < len(w); i++ {
@@ -322,7 +318,7 @@ func mustAtoi(t *testing.T, s string) int {
 }
 
 // concat evaluates "a . b . c" (up to "vmap" or "@set") into a key.
-func (tr *tracer) concat(w []string, i int, p packet) (string, int) {
+func (tr *tracer) concat(w []string, i int, p proxytest.Packet) (string, int) {
 	var parts []string
 	for ; i < len(w) && w[i] != "vmap" && !strings.HasPrefix(w[i], "@"); i++ {
 		switch {
@@ -346,7 +342,7 @@ func (tr *tracer) concat(w []string, i int, p packet) (string, int) {
 	return strings.Join(parts, " . "), i
 }
 
-func (tr *tracer) vmap(set, key string, p packet, s tstate, depth int) []tstate {
+func (tr *tracer) vmap(set, key string, p proxytest.Packet, s tstate, depth int) []tstate {
 	v, ok := tr.tab.Elements(set)[key]
 	if !ok {
 		return []tstate{s}
@@ -354,7 +350,7 @@ func (tr *tracer) vmap(set, key string, p packet, s tstate, depth int) []tstate 
 	return tr.verdict(v, p, s, depth)
 }
 
-func (tr *tracer) verdict(v string, p packet, s tstate, depth int) []tstate {
+func (tr *tracer) verdict(v string, p proxytest.Packet, s tstate, depth int) []tstate {
 	w := strings.Fields(v)
 	switch w[0] {
 	case "return":

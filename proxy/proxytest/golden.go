@@ -3,6 +3,8 @@ package proxytest
 import (
 	"context"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -51,6 +53,25 @@ func Golden(t testing.TB, path, got string, update bool) {
 	}
 	if got != string(want) {
 		t.Errorf("rules differ from %s (run with -update to accept):\n%s", path, got)
+	}
+}
+
+// CheckGoldenRules syncs GoldenServices, once per family, into the data
+// plane newPlane returns, and compares the rules dump returns with
+// testdata/golden-<family><ext> (see Golden for update).
+func CheckGoldenRules(t *testing.T, ext string, update bool, newPlane func(t *testing.T, fam proxy.Family) (dp proxy.DataPlane, dump func() string)) {
+	for _, fam := range []proxy.Family{proxy.IPv4, proxy.IPv6} {
+		t.Run(fam.String(), func(t *testing.T) {
+			dp, dump := newPlane(t, fam)
+			res, err := dp.Sync(context.Background(), Snapshot(fam, GoldenServices(fam)...), Full)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Written == 0 || res.Total < res.Written {
+				t.Errorf("result %+v", res)
+			}
+			Golden(t, filepath.Join("testdata", "golden-"+strings.ToLower(fam.String())+ext), dump(), update)
+		})
 	}
 }
 

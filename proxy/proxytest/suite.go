@@ -52,9 +52,7 @@ func backends(e *Env, addr string, n int) (map[string]int, error) {
 // It needs root (nettest gates it). The proxy runs dual-stack; the traffic
 // cases run over IPv4 at the top level and again over IPv6 under "IPv6".
 func KernelSuite(t *testing.T, newDP NewDataPlane) {
-	if testing.Short() {
-		t.Skip("-short: the real-kernel data-plane suite; make test runs it")
-	}
+	nettest.SkipShort(t, "the real-kernel data-plane suite")
 	e := NewEnv(t, newDP)
 	p := e.StartProxy(t)
 	runTrafficCases(t, e, ipv4Stack)

@@ -27,9 +27,7 @@ type Mode struct {
 // that a ClusterIP keeps working. It runs IPv4 only: Leftovers looks at
 // IPv4 state, so IPv6 data planes would go unchecked.
 func SwitchSuite(t *testing.T, a, b Mode) {
-	if testing.Short() {
-		t.Skip("-short: the real-kernel mode switch suite; make test runs it")
-	}
+	nettest.SkipShort(t, "the real-kernel mode switch suite")
 	e := NewEnv(t, a.New)
 	svc := e.CreateService(t, Service("switch", v1.ProtocolTCP, TCPPort))
 	e.SetEndpoints(t, svc, TCPPort, Pod1, Pod2)

@@ -20,17 +20,6 @@ func NewQueue(name string) workqueue.TypedRateLimitingInterface[string] {
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: name})
 }
 
-// Enqueue adds the namespace/name key of an informer's object (or of a
-// deleted one's last state) to queue.
-func Enqueue(queue workqueue.TypedInterface[string], obj any) {
-	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
-	if err != nil {
-		utilruntime.HandleError(err)
-		return
-	}
-	queue.Add(key)
-}
-
 // PodNodeName is a cache.IndexFunc indexing pods by spec.nodeName; pods not
 // yet bound to a node are left out of the index.
 func PodNodeName(obj any) ([]string, error) {
@@ -76,4 +65,26 @@ func AddHandlers(controller string, handlers ...Handler) ([]cache.InformerSynced
 		synced = append(synced, reg.HasSynced)
 	}
 	return synced, nil
+}
+
+// OnChange returns handlers calling fn with the object of every add, update
+// (the new object) and delete: for controllers that only need to know which
+// object changed, not how.
+func OnChange(fn func(obj any)) cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    fn,
+		UpdateFunc: func(_, obj any) { fn(obj) },
+		DeleteFunc: fn,
+	}
+}
+
+// Enqueue adds obj's namespace/name key to queue; a deleted object's
+// tombstone yields the key of the object it stands for.
+func Enqueue(queue workqueue.TypedInterface[string], obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		utilruntime.HandleError(err)
+		return
+	}
+	queue.Add(key)
 }

@@ -75,19 +75,24 @@ func TestAddHandlers(t *testing.T) {
 	}
 }
 
-func TestEnqueue(t *testing.T) {
+func TestEnqueueAndOnChange(t *testing.T) {
 	q := NewQueue("test")
 	defer q.ShutDown()
-	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "ns"}}
-	Enqueue(q, svc)
-	Enqueue(q, cache.DeletedFinalStateUnknown{Key: "ns/gone", Obj: svc})
+	h := OnChange(func(obj any) { Enqueue(q, obj) })
+	svc := func(name string) *corev1.Service {
+		return &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns"}}
+	}
+	h.OnAdd(svc("added"), false)
+	h.OnUpdate(svc("old"), svc("updated"))
+	h.OnDelete(cache.DeletedFinalStateUnknown{Key: "ns/deleted", Obj: svc("deleted")})
+	Enqueue(q, "not an object") // logged and dropped
 	var got []string
 	for q.Len() > 0 {
 		k, _ := q.Get()
 		got = append(got, k)
 		q.Done(k)
 	}
-	if !slices.Equal(got, []string{"ns/s", "ns/gone"}) {
-		t.Errorf("queued %v, want [ns/s ns/gone]", got)
+	if want := []string{"ns/added", "ns/updated", "ns/deleted"}; !slices.Equal(got, want) {
+		t.Errorf("queued %v, want %v", got, want)
 	}
 }

@@ -1,4 +1,4 @@
 // Package ctrlutil holds the constructor preamble the controllers share:
-// their work queue and how a key gets into it, handler registration, the
-// stand-in for a missing event recorder, and the pod-by-node index.
+// their work queue, handler registration, the stand-in for a missing event
+// recorder, and the pod-by-node index.
 package ctrlutil
