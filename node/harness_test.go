@@ -51,6 +51,7 @@ type testNode struct {
 	srv      *testapi.Server
 	client   kubernetes.Interface
 	stateDir string
+	hostRoot string // the agent's --host-root
 }
 
 // dialIn dials from inside the namespace.
@@ -112,7 +113,7 @@ func startNode(t *testing.T) *testNode {
 	bin := testbin.Build(t)
 	srv := testapi.Start(t, func(c *apiserver.Config) { c.DialNode = dialIn(ns) })
 	dir := t.TempDir()
-	n := &testNode{name: "node-a", ns: ns, srv: srv, client: srv.Client, stateDir: filepath.Join(dir, "state")}
+	n := &testNode{name: "node-a", ns: ns, srv: srv, client: srv.Client, stateDir: filepath.Join(dir, "state"), hostRoot: filepath.Join(dir, "root")}
 
 	kc, err := clientcmd.LoadFromFile(srv.KubeconfigPath())
 	if err != nil {
@@ -146,7 +147,7 @@ func startNode(t *testing.T) *testNode {
 	}
 	n.agentArgs = []string{filepath.Join(bin, "nodenet"), "agent", "--kubeconfig", agentKC, "--node-name", n.name, "--node-ip", "127.0.0.1",
 		"--cni-conf-dir", filepath.Join(dir, "conf"), "--cni-bin-dir", filepath.Join(dir, "bin"), "--cni-cache-dir", filepath.Join(dir, "cache"),
-		"--state-dir", n.stateDir, "--netns-prefix", prefix, "--node-status-update-frequency", "2s"}
+		"--state-dir", n.stateDir, "--host-root", n.hostRoot, "--netns-prefix", prefix, "--node-status-update-frequency", "2s"}
 	n.agentLog = logf
 	n.startAgent(t)
 	t.Cleanup(func() {

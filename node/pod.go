@@ -238,6 +238,10 @@ func (w *podWorker) startOrWait(ctx context.Context, pod *corev1.Pod, c corev1.C
 		w.mu.Lock()
 		delete(w.waiting, c.Name)
 		w.mu.Unlock()
+		if err == nil {
+			// A restarted agent must find this run's PID.
+			err = w.a.saveState(w.sb)
+		}
 		return err
 	}
 	reason := "CreateContainerConfigError"
@@ -410,7 +414,11 @@ func (w *podWorker) adopt(pod *corev1.Pod, s *sandboxState) bool {
 	w.mu.Lock()
 	w.sb = s
 	w.mu.Unlock()
-	for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
+	ctrs := pod.Spec.Containers
+	if !s.InitDone {
+		ctrs = append(append([]corev1.Container{}, pod.Spec.InitContainers...), ctrs...)
+	}
+	for _, c := range ctrs {
 		pid, recorded := s.PIDs[c.Name]
 		if !recorded {
 			continue // not started yet: startContainers starts it
