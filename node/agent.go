@@ -42,7 +42,10 @@ type Options struct {
 	// HostRoot is where a hostPath volume's paths are: "/" (the default)
 	// on a real host; the local cluster's nodes, which share one
 	// filesystem, each have a directory of their own.
-	HostRoot  string
+	HostRoot string
+	// APIServer (host:port) is the KUBERNETES_SERVICE_HOST/PORT containers
+	// get; empty: the kubernetes Service's ClusterIP, as with the kubelet.
+	APIServer string
 	Heartbeat time.Duration
 	// KubeletAddress and KubeletPort: where container logs are served
 	// (HTTPS, see server.go); port 0 serves nothing.

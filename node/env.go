@@ -79,6 +79,15 @@ func (w *podWorker) containerEnv(ctx context.Context, pod *corev1.Pod, c corev1.
 	set("POD_NAMESPACE", pod.Namespace)
 	set("POD_IP", w.podIP())
 	set("NODE_NAME", w.a.o.NodeName)
+	apiEnv, err := w.apiServerEnv(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, k := range []string{"KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", "KUBERNETES_SERVICE_PORT_HTTPS"} {
+		if v, ok := apiEnv[k]; ok {
+			set(k, v)
+		}
+	}
 	for _, from := range c.EnvFrom {
 		data, err := w.envSource(ctx, pod.Namespace, from)
 		if err != nil {

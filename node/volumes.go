@@ -64,6 +64,13 @@ func (w *podWorker) containerMounts(ctx context.Context, pod *corev1.Pod, c core
 		}
 		out = append(out, Mount{Source: src, Target: vm.MountPath, ReadOnly: vm.ReadOnly})
 	}
+	sa, err := w.serviceAccountMount(ctx, pod, c)
+	if err != nil {
+		return nil, err
+	}
+	if sa != nil {
+		out = append(out, *sa)
+	}
 	return out, nil
 }
 

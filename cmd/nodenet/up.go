@@ -246,6 +246,7 @@ func runAgent(ctx context.Context, args []string) error {
 	fs.StringVar(&o.CNICacheDir, "cni-cache-dir", "/var/lib/cni", "libcni cache directory")
 	fs.StringVar(&o.StateDir, "state-dir", "/var/lib/nodenet/agent", "per-pod state and container logs")
 	fs.StringVar(&o.HostRoot, "host-root", "/", "directory hostPath volumes are under (the local cluster gives each node one)")
+	fs.StringVar(&o.APIServer, "pod-api-server", "", "HOST:PORT pods get as KUBERNETES_SERVICE_HOST/PORT (default: the kubernetes Service's)")
 	fs.StringVar(&o.NetnsPrefix, "netns-prefix", "nn-pod-", "prefix of pod network namespace names")
 	fs.DurationVar(&o.Heartbeat, "node-status-update-frequency", 10*time.Second, "how often the lease and node status are renewed")
 	fs.StringVar(&o.KubeletAddress, "address", "0.0.0.0", "IP the kubelet port (container logs, HTTPS) listens on")
