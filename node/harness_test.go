@@ -52,6 +52,8 @@ type testNode struct {
 	client   kubernetes.Interface
 	stateDir string
 	hostRoot string // the agent's --host-root
+	apiInNS  string // the API server's address inside the namespace (the agent's --pod-api-server)
+	kubeconf string // the agent's kubeconfig
 }
 
 // dialIn dials from inside the namespace.
@@ -124,6 +126,7 @@ func startNode(t *testing.T) *testNode {
 		cl.Server = "https://" + fwd
 	}
 	agentKC := filepath.Join(dir, "agent.kubeconfig")
+	n.apiInNS, n.kubeconf = fwd, agentKC
 	if err := clientcmd.WriteToFile(*kc, agentKC); err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +150,7 @@ func startNode(t *testing.T) *testNode {
 	}
 	n.agentArgs = []string{filepath.Join(bin, "nodenet"), "agent", "--kubeconfig", agentKC, "--node-name", n.name, "--node-ip", "127.0.0.1",
 		"--cni-conf-dir", filepath.Join(dir, "conf"), "--cni-bin-dir", filepath.Join(dir, "bin"), "--cni-cache-dir", filepath.Join(dir, "cache"),
-		"--state-dir", n.stateDir, "--host-root", n.hostRoot, "--netns-prefix", prefix, "--node-status-update-frequency", "2s"}
+		"--state-dir", n.stateDir, "--host-root", n.hostRoot, "--pod-api-server", n.apiInNS, "--netns-prefix", prefix, "--node-status-update-frequency", "2s"}
 	n.agentLog = logf
 	n.startAgent(t)
 	t.Cleanup(func() {

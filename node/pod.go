@@ -450,6 +450,7 @@ func (w *podWorker) startContainer(ctx context.Context, pod *corev1.Pod, c corev
 	if err != nil {
 		return err
 	}
+	mounts = append(mounts, w.imageBinaries(c)...)
 	if len(mounts) > 0 && w.a.o.Self == "" {
 		return &podError{"CreateContainerConfigError", c.Name, fmt.Errorf("container %q: volumes need the nodenet binary's logshim (agent without Options.Self)", c.Name)}
 	}
@@ -650,6 +651,26 @@ func (w *podWorker) removeLogs(pod *corev1.Pod) {
 	if err := os.RemoveAll(w.a.podLogDir(pod.Namespace, pod.Name, pod.UID)); err != nil {
 		w.a.log.Warn("remove pod logs", "pod", pod.Namespace+"/"+pod.Name, "err", err)
 	}
+}
+
+// imageBinaries: a container of the nodenet image (its command is one of
+// the image's binary paths) sees the built binaries at those paths too,
+// read-only, so arguments naming them work (install-cni --source).
+func (w *podWorker) imageBinaries(c corev1.Container) []Mount {
+	argv := append(append([]string{}, c.Command...), c.Args...)
+	if w.a.o.Self == "" || len(argv) == 0 || (argv[0] != daemonset.NodenetPath && argv[0] != daemonset.NodenetCNIPath) {
+		return nil
+	}
+	out := []Mount{{Source: w.a.o.Self, Target: daemonset.NodenetPath, ReadOnly: true}}
+	if cni := filepath.Join(filepath.Dir(w.a.o.Self), "nodenet-cni"); fileExists(cni) {
+		out = append(out, Mount{Source: cni, Target: daemonset.NodenetCNIPath, ReadOnly: true})
+	}
+	return out
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 // startIn starts cmd in the pod's network namespace, or the agent's own

@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -62,6 +63,9 @@ func (w *podWorker) serviceAccountMount(ctx context.Context, pod *corev1.Pod, c 
 		sa = "default"
 	}
 	secrets, err := w.a.o.Client.CoreV1().Secrets(pod.Namespace).List(ctx, metav1.ListOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil // an API server that serves no Secrets: no token to mount
+	}
 	if err != nil {
 		return nil, &volumeError{fmt.Errorf("service account %q token: %w", sa, err)}
 	}
