@@ -18,8 +18,11 @@
 // paths are mapped to the built binaries: daemonset.NodenetPath
 // (/usr/local/bin/nodenet) and the bare command "nodenet" run this binary
 // (so `nodenet echo` is the built-in test server), daemonset.NodenetCNIPath
-// (/usr/local/bin/nodenet-cni) the nodenet-cni next to it. Any other
-// command is looked up on the host; one that does not exist fails the pod
+// (/usr/local/bin/nodenet-cni) the nodenet-cni next to it. Such a
+// container also sees the built binaries at those paths (bound read-only
+// in its mount namespace), so arguments naming them work (install-cni
+// --source /usr/local/bin/nodenet-cni). Any other command is looked up on
+// the host; one that does not exist fails the pod
 // with a Failed event and status message saying the image is not pulled
 // and which paths are mapped. Readiness probes (tcp, http with its host,
 // exec) set the Ready condition. Init containers run one at a time, in
@@ -48,6 +51,13 @@
 // mount path missing on the host is created in a tmpfs shadowing its
 // nearest existing parent, which holds that parent's entries bound back,
 // so the host's filesystem is never written.
+//
+// In-cluster config, which the DaemonSet's daemons use: containers get
+// KUBERNETES_SERVICE_HOST/PORT (Options.APIServer, else the kubernetes
+// Service's), and unless automountServiceAccountToken is false, the
+// service account's legacy token Secret (token, ca.crt, namespace) at
+// /var/run/secrets/kubernetes.io/serviceaccount; with no such Secret (or
+// an API server that serves none) nothing is mounted.
 // Deletion is graceful: SIGTERM, the grace period, SIGKILL, CNI DEL,
 // namespace removal, then the pod is deleted with grace 0.
 //
