@@ -112,19 +112,10 @@ func TestDaemonSetPodRunsOnTheAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	pods := n.client.CoreV1().Pods(o.Namespace)
+	// Registered first, so it runs after the dump below.
 	t.Cleanup(func() {
 		cctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 		defer cancel()
-		if t.Failed() {
-			if p, err := pods.Get(cctx, pod.Name, metav1.GetOptions{}); err == nil {
-				t.Logf("pod status: %+v", p.Status)
-			}
-			logs, _ := filepath.Glob(filepath.Join(n.stateDir, "logs", "*", "*", "*.log"))
-			for _, l := range logs {
-				b, _ := os.ReadFile(l)
-				t.Logf("%s:\n%s", l, tailString(string(b), 3000))
-			}
-		}
 		_ = pods.Delete(cctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](5)})
 		for cctx.Err() == nil {
 			if _, err := pods.Get(cctx, pod.Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
@@ -134,6 +125,7 @@ func TestDaemonSetPodRunsOnTheAgent(t *testing.T) {
 		}
 		t.Errorf("DaemonSet pod not torn down")
 	})
+	n.dumpOnFailure(t, o.Namespace, pod.Name)
 	testapi.Eventually(t, 90*time.Second, "the DaemonSet's pod Ready", func() bool {
 		p, err := pods.Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {

@@ -126,43 +126,51 @@ func (w *podWorker) envValueFrom(ctx context.Context, pod *corev1.Pod, src *core
 		return v, err == nil, err
 	case src.ConfigMapKeyRef != nil:
 		ref := src.ConfigMapKeyRef
-		cm, err := w.a.o.Client.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
-		optional := ref.Optional != nil && *ref.Optional
-		if apierrors.IsNotFound(err) && optional {
-			return "", false, nil
-		}
-		if err != nil {
-			return "", false, &envConfigError{fmt.Errorf("configmap %q: %w", ref.Name, err)}
-		}
-		if v, ok := cm.Data[ref.Key]; ok {
-			return v, true, nil
-		}
-		if v, ok := cm.BinaryData[ref.Key]; ok {
-			return string(v), true, nil
-		}
-		if optional {
-			return "", false, nil
-		}
-		return "", false, &envConfigError{fmt.Errorf("key %q not found in configmap %q", ref.Key, ref.Name)}
+		return w.keyRef("configmap", ref.Name, ref.Key, ref.Optional, func() (map[string][]byte, error) {
+			cm, err := w.a.o.Client.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+			if err != nil {
+				return nil, err
+			}
+			data := map[string][]byte{}
+			for k, v := range cm.BinaryData {
+				data[k] = v
+			}
+			for k, v := range cm.Data {
+				data[k] = []byte(v)
+			}
+			return data, nil
+		})
 	case src.SecretKeyRef != nil:
 		ref := src.SecretKeyRef
-		s, err := w.a.o.Client.CoreV1().Secrets(pod.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
-		optional := ref.Optional != nil && *ref.Optional
-		if apierrors.IsNotFound(err) && optional {
-			return "", false, nil
-		}
-		if err != nil {
-			return "", false, &envConfigError{fmt.Errorf("secret %q: %w", ref.Name, err)}
-		}
-		if v, ok := s.Data[ref.Key]; ok {
-			return string(v), true, nil
-		}
-		if optional {
-			return "", false, nil
-		}
-		return "", false, &envConfigError{fmt.Errorf("key %q not found in secret %q", ref.Key, ref.Name)}
+		return w.keyRef("secret", ref.Name, ref.Key, ref.Optional, func() (map[string][]byte, error) {
+			s, err := w.a.o.Client.CoreV1().Secrets(pod.Namespace).Get(ctx, ref.Name, metav1.GetOptions{})
+			if err != nil {
+				return nil, err
+			}
+			return s.Data, nil
+		})
 	}
 	return "", false, &podError{"CreateContainerConfigError", "", fmt.Errorf("unsupported valueFrom (only fieldRef, configMapKeyRef and secretKeyRef)")}
+}
+
+// keyRef is one key of a ConfigMap or Secret (read by get); a missing
+// object or key is an envConfigError unless optional (then ok is false).
+func (w *podWorker) keyRef(kind, name, key string, optional *bool, get func() (map[string][]byte, error)) (string, bool, error) {
+	opt := optional != nil && *optional
+	data, err := get()
+	if apierrors.IsNotFound(err) && opt {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, &envConfigError{fmt.Errorf("%s %q: %w", kind, name, err)}
+	}
+	if v, ok := data[key]; ok {
+		return string(v), true, nil
+	}
+	if opt {
+		return "", false, nil
+	}
+	return "", false, &envConfigError{fmt.Errorf("key %q not found in %s %q", key, kind, name)}
 }
 
 // envSource reads an envFrom's ConfigMap or Secret.

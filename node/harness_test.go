@@ -249,6 +249,24 @@ func (n *testNode) waitPod(t *testing.T, name, what string, cond func(*corev1.Po
 	return pod
 }
 
+// dumpOnFailure logs a pod's status and its containers' logs at the end
+// of a failed test.
+func (n *testNode) dumpOnFailure(t *testing.T, namespace, name string) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		if p, err := n.client.CoreV1().Pods(namespace).Get(context.Background(), name, metav1.GetOptions{}); err == nil {
+			t.Logf("pod %s status: %+v", name, p.Status)
+		}
+		logs, _ := filepath.Glob(filepath.Join(n.stateDir, "logs", namespace+"_"+name+"_*", "*", "*.log"))
+		for _, l := range logs {
+			b, _ := os.ReadFile(l)
+			t.Logf("%s:\n%s", l, tailString(string(b), 3000))
+		}
+	})
+}
+
 func tailString(s string, n int) string {
 	if len(s) > n {
 		return s[len(s)-n:]

@@ -80,19 +80,7 @@ exec sleep 3600`, cfgDir, runDir, outDir)
 	if _, err := n.client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			p, _ := n.client.CoreV1().Pods("default").Get(ctx, "ds-like", metav1.GetOptions{})
-			if p != nil {
-				t.Logf("pod status: %+v", p.Status)
-			}
-			logs, _ := filepath.Glob(filepath.Join(n.stateDir, "logs", "*", "*", "*.log"))
-			for _, l := range logs {
-				b, _ := os.ReadFile(l)
-				t.Logf("%s:\n%s", l, tailString(string(b), 2000))
-			}
-		}
-	})
+	n.dumpOnFailure(t, "default", "ds-like")
 	ready := func(p *corev1.Pod) bool {
 		for _, c := range p.Status.Conditions {
 			if c.Type == corev1.PodReady {
