@@ -3,6 +3,8 @@ package node
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -87,5 +89,48 @@ func TestContainerEnvDownwardAPIAndConfigMap(t *testing.T) {
 	var pe *podError
 	if !errors.As(err, &pe) {
 		t.Errorf("unsupported fieldRef: %v, want a podError", err)
+	}
+}
+
+func TestServiceAccountCredentialsAndAPIServerEnv(t *testing.T) {
+	token := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "nodenet-token",
+		Annotations: map[string]string{corev1.ServiceAccountNameKey: "nodenet"}}, Type: corev1.SecretTypeServiceAccountToken,
+		Data: map[string][]byte{corev1.ServiceAccountTokenKey: []byte("tok"), corev1.ServiceAccountRootCAKey: []byte("ca")}}
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "kubernetes"},
+		Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.1", Ports: []corev1.ServicePort{{Port: 443}}}}
+	a, _ := offlineAgent(t)
+	a.o.Client = fake.NewClientset(token, svc)
+	w := newPodWorker(a, "uid-1")
+	w.sb = &sandboxState{IPs: []string{"10.244.1.5"}}
+	pod := testPod(corev1.RestartPolicyAlways, "c")
+	pod.Spec.ServiceAccountName = "nodenet"
+	ctx := context.Background()
+
+	m, err := w.serviceAccountMount(ctx, pod, pod.Spec.Containers[0])
+	if err != nil || m == nil || m.Target != saMountPath || !m.ReadOnly {
+		t.Fatalf("mount %+v, %v", m, err)
+	}
+	for name, want := range map[string]string{"token": "tok", "ca.crt": "ca", "namespace": "ns"} {
+		if b, err := os.ReadFile(filepath.Join(m.Source, name)); err != nil || string(b) != want {
+			t.Errorf("%s: %q, %v", name, b, err)
+		}
+	}
+	pod.Spec.AutomountServiceAccountToken = ptr.To(false)
+	if m, err := w.serviceAccountMount(ctx, pod, pod.Spec.Containers[0]); m != nil || err != nil {
+		t.Errorf("automount false: %+v, %v", m, err)
+	}
+	pod.Spec.AutomountServiceAccountToken, pod.Spec.ServiceAccountName = nil, "other"
+	if m, err := w.serviceAccountMount(ctx, pod, pod.Spec.Containers[0]); m != nil || err != nil {
+		t.Errorf("account without a token Secret: %+v, %v", m, err)
+	}
+
+	env, _, err := w.containerEnv(ctx, pod, pod.Spec.Containers[0])
+	if err != nil || !slices.Contains(env, "KUBERNETES_SERVICE_HOST=10.96.0.1") || !slices.Contains(env, "KUBERNETES_SERVICE_PORT=443") {
+		t.Errorf("env from the kubernetes Service: %v, %v", env, err)
+	}
+	a.o.APIServer = "127.0.0.1:6443"
+	env, _, err = w.containerEnv(ctx, pod, pod.Spec.Containers[0])
+	if err != nil || !slices.Contains(env, "KUBERNETES_SERVICE_HOST=127.0.0.1") || !slices.Contains(env, "KUBERNETES_SERVICE_PORT=6443") {
+		t.Errorf("env from --pod-api-server: %v, %v", env, err)
 	}
 }
