@@ -39,7 +39,14 @@ type Options struct {
 	StateDir    string // per-pod state for adoption after a restart
 	NetnsPrefix string // pod namespaces are <prefix><uid[:8]>
 	Self        string // this binary, run for a container command "nodenet"
-	Heartbeat   time.Duration
+	// HostRoot is where a hostPath volume's paths are: "/" (the default)
+	// on a real host; the local cluster's nodes, which share one
+	// filesystem, each have a directory of their own.
+	HostRoot string
+	// APIServer (host:port) is the KUBERNETES_SERVICE_HOST/PORT containers
+	// get; empty: the kubernetes Service's ClusterIP, as with the kubelet.
+	APIServer string
+	Heartbeat time.Duration
 	// KubeletAddress and KubeletPort: where container logs are served
 	// (HTTPS, see server.go); port 0 serves nothing.
 	KubeletAddress string

@@ -8,11 +8,56 @@
 // (CNI_ARGS K8S_POD_NAMESPACE/K8S_POD_NAME/K8S_POD_INFRA_CONTAINER_ID/
 // K8S_POD_UID, the portMappings capability), and starts the containers.
 //
-// Images are not pulled. The rule: a container's command+args run as a
-// host binary inside the pod's network namespace (the image is ignored);
-// a command "nodenet" runs this binary, so `nodenet echo` is the built-in
-// test server. A command that does not exist fails the pod with a clear
-// message. Readiness probes (tcp, http, exec) set the Ready condition.
+// A hostNetwork pod gets no namespace and no CNI call: its containers run
+// in the agent's own network namespace (the node's) and its podIP is the
+// node's IP; everything else is as for other pods.
+//
+// Images are not pulled. The rule: a container's command+args, after the
+// kubelet's $(VAR) expansion, run as a host binary inside the pod's
+// network namespace (the image is ignored). The nodenet image's binary
+// paths are mapped to the built binaries: daemonset.NodenetPath
+// (/usr/local/bin/nodenet) and the bare command "nodenet" run this binary
+// (so `nodenet echo` is the built-in test server), daemonset.NodenetCNIPath
+// (/usr/local/bin/nodenet-cni) the nodenet-cni next to it. Such a
+// container also sees the built binaries at those paths (bound read-only
+// in its mount namespace), so arguments naming them work (install-cni
+// --source /usr/local/bin/nodenet-cni). Any other command is looked up on
+// the host; one that does not exist fails the pod
+// with a Failed event and status message saying the image is not pulled
+// and which paths are mapped. Readiness probes (tcp, http with its host,
+// exec) set the Ready condition. Init containers run one at a time, in
+// order, to completion before the containers start; a failed one is
+// restarted with the crash-loop back-off (the pod fails under
+// restartPolicy Never).
+//
+// Env: literal values, the downward API's fieldRefs (metadata.name,
+// namespace, uid, labels['k'], annotations['k'], spec.nodeName,
+// spec.serviceAccountName, status.podIP, status.hostIP), configMapKeyRef
+// and secretKeyRef (read at each container start; optional keys), envFrom,
+// and $(VAR) expansion in values, command and args exactly as the kubelet
+// does ($$ escapes, unknown references stay). A ConfigMap or key that is
+// missing keeps the container waiting (CreateContainerConfigError) and is
+// retried.
+//
+// Volumes: hostPath (its type's checks and creation as the kubelet does)
+// resolves a path P to <HostRoot>/P: "/" on a real host, a per-node
+// directory in the local cluster, whose nodes share one filesystem.
+// configMap (items, defaultMode, mode) and emptyDir volumes are
+// directories under <state-dir>/volumes/<uid>; a configMap volume is
+// rewritten atomically (a new timestamped directory and one rename of its
+// "..data" link) when the ConfigMap changes, checked once a minute. The
+// shim binds every volume on its mountPath (readOnly honoured) in a
+// private mount namespace of the container's own (ExecWithMounts); a
+// mount path missing on the host is created in a tmpfs shadowing its
+// nearest existing parent, which holds that parent's entries bound back,
+// so the host's filesystem is never written.
+//
+// In-cluster config, which the DaemonSet's daemons use: containers get
+// KUBERNETES_SERVICE_HOST/PORT (Options.APIServer, else the kubernetes
+// Service's), and unless automountServiceAccountToken is false, the
+// service account's legacy token Secret (token, ca.crt, namespace) at
+// /var/run/secrets/kubernetes.io/serviceaccount; with no such Secret (or
+// an API server that serves none) nothing is mounted.
 // Deletion is graceful: SIGTERM, the grace period, SIGKILL, CNI DEL,
 // namespace removal, then the pod is deleted with grace 0.
 //

@@ -49,6 +49,9 @@ type testNode struct {
 	srv      *testapi.Server
 	client   kubernetes.Interface
 	stateDir string
+	hostRoot string // the agent's --host-root
+	apiInNS  string // the API server's address inside the namespace (the agent's --pod-api-server)
+	kubeconf string // the agent's kubeconfig
 }
 
 // dialIn dials from inside the namespace.
@@ -72,12 +75,14 @@ func startNode(t *testing.T) *testNode {
 	bin := testbin.Build(t)
 	srv := testapi.Start(t, func(c *apiserver.Config) { c.DialNode = dialIn(ns) })
 	dir := t.TempDir()
-	n := &testNode{name: "node-a", ns: ns, srv: srv, client: srv.Client, stateDir: filepath.Join(dir, "state")}
+	n := &testNode{name: "node-a", ns: ns, srv: srv, client: srv.Client, stateDir: filepath.Join(dir, "state"), hostRoot: filepath.Join(dir, "root")}
 
 	// The agent in ns reaches the API server at the address in its
 	// kubeconfig, relayed to the root namespace's loopback.
-	nettest.ForwardLoopback(t, ns, strings.TrimPrefix(srv.URL(), "https://"))
+	apiAddr := strings.TrimPrefix(srv.URL(), "https://")
+	nettest.ForwardLoopback(t, ns, apiAddr)
 	agentKC := srv.KubeconfigPath()
+	n.apiInNS, n.kubeconf = apiAddr, agentKC
 	for _, d := range []string{"conf", "bin", "cache", "ipam", "state"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			t.Fatal(err)
@@ -98,7 +103,7 @@ func startNode(t *testing.T) *testNode {
 	}
 	n.agentArgs = []string{filepath.Join(bin, "nodenet"), "agent", "--kubeconfig", agentKC, "--node-name", n.name, "--node-ip", "127.0.0.1",
 		"--cni-conf-dir", filepath.Join(dir, "conf"), "--cni-bin-dir", filepath.Join(dir, "bin"), "--cni-cache-dir", filepath.Join(dir, "cache"),
-		"--state-dir", n.stateDir, "--netns-prefix", prefix, "--node-status-update-frequency", "2s"}
+		"--state-dir", n.stateDir, "--host-root", n.hostRoot, "--pod-api-server", n.apiInNS, "--netns-prefix", prefix, "--node-status-update-frequency", "2s"}
 	n.agentLog = logf
 	n.startAgent(t)
 	t.Cleanup(func() {
@@ -195,6 +200,24 @@ func (n *testNode) waitPod(t *testing.T, name, what string, cond func(*corev1.Po
 		return cond(p)
 	})
 	return pod
+}
+
+// dumpOnFailure logs a pod's status and its containers' logs at the end
+// of a failed test.
+func (n *testNode) dumpOnFailure(t *testing.T, namespace, name string) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		if p, err := n.client.CoreV1().Pods(namespace).Get(context.Background(), name, metav1.GetOptions{}); err == nil {
+			t.Logf("pod %s status: %+v", name, p.Status)
+		}
+		logs, _ := filepath.Glob(filepath.Join(n.stateDir, "logs", namespace+"_"+name+"_*", "*", "*.log"))
+		for _, l := range logs {
+			b, _ := os.ReadFile(l)
+			t.Logf("%s:\n%s", l, tailString(string(b), 3000))
+		}
+	})
 }
 
 func tailString(s string, n int) string {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -34,7 +35,9 @@ func criLine(t time.Time, stream string, full bool, content []byte) []byte {
 // lines, forwards SIGTERM/SIGINT/SIGHUP to it, and returns the exit code
 // the agent reports for the container (128+signal when it was killed).
 // The agent starts it in the pod's namespace as the container's process.
-func RunLogShim(logPath string, argv []string) int {
+// With mounts, argv runs in a private mount namespace with the volumes
+// bound (ExecWithMounts, reached through `nodenet logshim --exec`).
+func RunLogShim(logPath string, mounts []Mount, argv []string) int {
 	if len(argv) == 0 {
 		fmt.Fprintln(os.Stderr, "logshim: no command")
 		return 127
@@ -52,6 +55,16 @@ func RunLogShim(logPath string, argv []string) int {
 		_, _ = f.Write(criLine(time.Now(), stream, full, content))
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
+	if len(mounts) > 0 {
+		self, err := os.Executable()
+		if err != nil {
+			write("stderr", true, fmt.Appendf(nil, "logshim: %v", err))
+			return 127
+		}
+		js, _ := json.Marshal(mounts)
+		cmd = exec.Command(self, append([]string{"logshim", "--exec", "--mounts", string(js), "--"}, argv...)...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
+	}
 	outR, outW, err1 := os.Pipe()
 	errR, errW, err2 := os.Pipe()
 	if err := errors.Join(err1, err2); err != nil {

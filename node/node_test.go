@@ -5,12 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodenet/nodenet/daemonset"
 )
 
 func TestRuntimeConfLikeContainerd(t *testing.T) {
@@ -36,16 +39,31 @@ func TestRuntimeConfLikeContainerd(t *testing.T) {
 
 func TestResolveCommand(t *testing.T) {
 	w := &podWorker{a: &Agent{o: Options{Self: "/opt/nodenet"}}}
-	argv, err := w.resolve(corev1.Container{Name: "c", Command: []string{"nodenet"}, Args: []string{"echo"}})
+	argv, err := w.resolve(corev1.Container{Name: "c", Command: []string{"nodenet"}, Args: []string{"echo"}}, nil)
 	if err != nil || argv[0] != "/opt/nodenet" || argv[1] != "echo" {
 		t.Errorf("nodenet echo resolved to %v, %v", argv, err)
 	}
-	_, err = w.resolve(corev1.Container{Name: "c", Command: []string{"no-such-binary-xyz"}})
+	// The image's binary paths map to the built binaries; args expand.
+	vars := map[string]string{"MODE": "nftables"}
+	argv, err = w.resolve(corev1.Container{Name: "c", Command: []string{daemonset.NodenetPath, "proxy"}, Args: []string{"--proxy-mode=$(MODE)", "$$(MODE)"}}, vars)
+	if err != nil || !slices.Equal(argv, []string{"/opt/nodenet", "proxy", "--proxy-mode=nftables", "$(MODE)"}) {
+		t.Errorf("image nodenet resolved to %v, %v", argv, err)
+	}
+	argv, err = w.resolve(corev1.Container{Name: "c", Command: []string{daemonset.NodenetCNIPath}}, nil)
+	if err != nil || argv[0] != "/opt/nodenet-cni" {
+		t.Errorf("image nodenet-cni resolved to %v, %v", argv, err)
+	}
+	_, err = w.resolve(corev1.Container{Name: "c", Image: "quay.io/x/flannel:v1", Command: []string{"/opt/bin/flanneld"}}, nil)
+	var unmapped *podError
+	if !errors.As(err, &unmapped) || !strings.Contains(err.Error(), `image "quay.io/x/flannel:v1" is not pulled`) {
+		t.Errorf("unmapped image command: %v", err)
+	}
+	_, err = w.resolve(corev1.Container{Name: "c", Command: []string{"no-such-binary-xyz"}}, nil)
 	var pe *podError
 	if !errors.As(err, &pe) || !strings.Contains(err.Error(), `command "no-such-binary-xyz" not found`) {
 		t.Errorf("missing command: %v", err)
 	}
-	if _, err := w.resolve(corev1.Container{Name: "c"}); !errors.As(err, &pe) {
+	if _, err := w.resolve(corev1.Container{Name: "c"}, nil); !errors.As(err, &pe) {
 		t.Errorf("no command: %v", err)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodenet/nodenet/daemonset"
 	"github.com/nodenet/nodenet/internal/netnsutil"
 )
 
@@ -71,10 +73,14 @@ type podWorker struct {
 	posted   corev1.PodStatus
 	failMsg  string
 	failedAt time.Time
+	// waiting says why a container has not started (its env or volumes
+	// cannot be set up yet): the status's waiting reason and message.
+	waiting          map[string]*corev1.ContainerStateWaiting
+	volumesRefreshed time.Time
 }
 
 func newPodWorker(a *Agent, uid types.UID) *podWorker {
-	return &podWorker{a: a, uid: uid, kick: make(chan struct{}, 1), ctrs: map[string]*container{}}
+	return &podWorker{a: a, uid: uid, kick: make(chan struct{}, 1), ctrs: map[string]*container{}, waiting: map[string]*corev1.ContainerStateWaiting{}}
 }
 
 func (w *podWorker) update(p *corev1.Pod) {
@@ -164,25 +170,136 @@ func (w *podWorker) sync(ctx context.Context, pod *corev1.Pod) bool {
 	if w.sb == nil && w.failMsg == "" {
 		if err := w.start(ctx, pod); err != nil {
 			log.Warn("start pod", "err", err)
-			var fatal *podError
-			if errors.As(err, &fatal) {
-				w.failMsg, w.failedAt = err.Error(), time.Now()
-				w.a.event(pod, fatal.container, corev1.EventTypeWarning, "Failed", "Error: %v", err)
-				w.post(ctx, pod, w.failedStatus(pod, fatal.reason, w.failMsg))
-			} else {
+			if !w.fail(ctx, pod, err) {
 				w.post(ctx, pod, w.pendingStatus(pod, err.Error()))
 			}
 			return false
 		}
-		log.Info("pod running", "ips", w.sb.IPs, "netns", w.sb.Netns)
+		log.Info("pod sandbox ready", "ips", w.sb.IPs, "netns", w.sb.Netns, "hostNetwork", w.sb.HostNetwork)
 	}
 	if w.sb == nil {
 		return false
 	}
+	if err := w.startContainers(ctx, pod); err != nil {
+		if w.fail(ctx, pod, err) {
+			w.teardown(ctx, pod, 0)
+			return false
+		}
+	}
 	w.checkContainers(ctx, pod)
+	w.refreshConfigMapVolumes(ctx, pod)
 	w.probe(ctx, pod)
 	w.post(ctx, pod, w.runningStatus(pod))
 	return false
+}
+
+// fail fails the pod when err is a podError (true), with a Failed event
+// and the failed status.
+func (w *podWorker) fail(ctx context.Context, pod *corev1.Pod, err error) bool {
+	var fatal *podError
+	if !errors.As(err, &fatal) {
+		return false
+	}
+	w.failMsg, w.failedAt = err.Error(), time.Now()
+	w.a.event(pod, fatal.container, corev1.EventTypeWarning, "Failed", "Error: %v", err)
+	w.post(ctx, pod, w.failedStatus(pod, fatal.reason, w.failMsg))
+	return true
+}
+
+// startContainers runs the init containers one at a time, in order, each
+// to completion, then starts the containers not started yet. A container
+// whose env or volumes cannot be set up yet waits (reported in its
+// status, retried on the next sync); a podError fails the pod.
+func (w *podWorker) startContainers(ctx context.Context, pod *corev1.Pod) error {
+	done, err := w.runInit(ctx, pod)
+	if err != nil || !done {
+		return err
+	}
+	for _, c := range pod.Spec.Containers {
+		w.mu.Lock()
+		_, started := w.ctrs[c.Name]
+		w.mu.Unlock()
+		if started {
+			continue
+		}
+		if err := w.startOrWait(ctx, pod, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// startOrWait starts c; an error that is not the pod's failure is kept as
+// c's waiting state (with a Failed event when it is new).
+func (w *podWorker) startOrWait(ctx context.Context, pod *corev1.Pod, c corev1.Container) error {
+	err := w.startContainer(ctx, pod, c)
+	var fatal *podError
+	if err == nil || errors.As(err, &fatal) {
+		w.mu.Lock()
+		delete(w.waiting, c.Name)
+		w.mu.Unlock()
+		if err == nil {
+			// A restarted agent must find this run's PID.
+			err = w.a.saveState(w.sb)
+		}
+		return err
+	}
+	reason := "CreateContainerConfigError"
+	var ve *volumeError
+	if errors.As(err, &ve) {
+		reason = "ContainerCreating"
+	}
+	w.mu.Lock()
+	prev := w.waiting[c.Name]
+	w.waiting[c.Name] = &corev1.ContainerStateWaiting{Reason: reason, Message: err.Error()}
+	w.mu.Unlock()
+	if prev == nil || prev.Message != err.Error() {
+		w.a.log.Warn("container cannot start yet", "pod", pod.Namespace+"/"+pod.Name, "container", c.Name, "err", err)
+		if ve != nil {
+			w.a.event(pod, c.Name, corev1.EventTypeWarning, "FailedMount", "MountVolume.SetUp failed: %v", err)
+		} else {
+			w.a.event(pod, c.Name, corev1.EventTypeWarning, "Failed", "Error: %v", err)
+		}
+	}
+	return nil
+}
+
+// runInit advances the init containers; done when all have completed.
+// A failed one is restarted with the crash-loop back-off unless the
+// restart policy is Never, which fails the pod.
+func (w *podWorker) runInit(ctx context.Context, pod *corev1.Pod) (done bool, err error) {
+	w.mu.Lock()
+	initDone := w.sb.InitDone
+	w.mu.Unlock()
+	if initDone {
+		return true, nil
+	}
+	for _, c := range pod.Spec.InitContainers {
+		w.mu.Lock()
+		ctr := w.ctrs[c.Name]
+		if ctr != nil && ctr.cmd == nil && !ctr.exited && syscall.Kill(ctr.pid, 0) != nil {
+			ctr.exited, ctr.exitCode, ctr.finishedAt = true, 137, time.Now() // adopted: its exit code is lost
+		}
+		w.mu.Unlock()
+		switch {
+		case ctr == nil:
+			return false, w.startOrWait(ctx, pod, c)
+		case !ctr.exited:
+			return false, nil
+		case ctr.exitCode == 0:
+			continue
+		case pod.Spec.RestartPolicy == corev1.RestartPolicyNever:
+			return false, &podError{"Init:Error", c.Name, fmt.Errorf("init container %q exited with code %d", c.Name, ctr.exitCode)}
+		case w.backingOff(pod, ctr):
+			return false, nil
+		default:
+			return false, w.startOrWait(ctx, pod, c)
+		}
+	}
+	w.mu.Lock()
+	w.sb.InitDone = true
+	w.mu.Unlock()
+	return true, w.a.saveState(w.sb)
 }
 
 // podError fails the pod (as opposed to a retryable error).
@@ -195,18 +312,31 @@ type podError struct {
 func (e *podError) Error() string { return e.err.Error() }
 func (e *podError) Unwrap() error { return e.err }
 
-func (w *podWorker) resolve(ctr corev1.Container) ([]string, error) {
+// resolve maps a container's command to a binary of this host (images
+// are not pulled, see doc.go): nodenet's image paths and "nodenet" to the
+// built binaries, anything else looked up on the host.
+func (w *podWorker) resolve(ctr corev1.Container, vars map[string]string) ([]string, error) {
 	argv := append(append([]string{}, ctr.Command...), ctr.Args...)
 	if len(argv) == 0 {
 		return nil, &podError{"InvalidCommand", ctr.Name, fmt.Errorf("container %q: no command: images are not run, command+args name a host binary", ctr.Name)}
 	}
-	if argv[0] == "nodenet" && w.a.o.Self != "" {
-		argv[0] = w.a.o.Self
-		return argv, nil
+	for i := range argv {
+		argv[i] = expandVars(argv[i], vars)
+	}
+	if self := w.a.o.Self; self != "" {
+		switch argv[0] {
+		case "nodenet", daemonset.NodenetPath:
+			argv[0] = self
+			return argv, nil
+		case daemonset.NodenetCNIPath:
+			argv[0] = filepath.Join(filepath.Dir(self), "nodenet-cni")
+			return argv, nil
+		}
 	}
 	p, err := exec.LookPath(argv[0])
 	if err != nil {
-		return nil, &podError{"StartError", ctr.Name, fmt.Errorf("container %q: command %q not found: %w", ctr.Name, argv[0], err)}
+		return nil, &podError{"StartError", ctr.Name, fmt.Errorf("container %q: command %q not found: %w (image %q is not pulled: its command must be a host binary or one of the built binaries' image paths %s, %s)",
+			ctr.Name, argv[0], err, ctr.Image, daemonset.NodenetPath, daemonset.NodenetCNIPath)}
 	}
 	argv[0] = p
 	return argv, nil
@@ -214,8 +344,8 @@ func (w *podWorker) resolve(ctr corev1.Container) ([]string, error) {
 
 // start creates the sandbox (or adopts one a previous agent left running).
 func (w *podWorker) start(ctx context.Context, pod *corev1.Pod) error {
-	for _, c := range pod.Spec.Containers {
-		if _, err := w.resolve(c); err != nil {
+	for _, c := range append(append([]corev1.Container{}, pod.Spec.InitContainers...), pod.Spec.Containers...) {
+		if _, err := w.resolve(c, nil); err != nil {
 			return err
 		}
 	}
@@ -224,6 +354,18 @@ func (w *podWorker) start(ctx context.Context, pod *corev1.Pod) error {
 	delete(w.a.adopt, pod.UID)
 	w.a.mu.Unlock()
 	if old != nil && w.adopt(pod, old) {
+		return nil
+	}
+	if pod.Spec.HostNetwork {
+		// The node's own namespace: no namespace of its own, no CNI.
+		sb := &sandboxState{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, HostNetwork: true, ContainerID: randomID(),
+			IPs: []string{w.a.o.NodeIP}, PIDs: map[string]int{}, Restarts: map[string]int32{}, Started: map[string]time.Time{}}
+		if err := w.a.saveState(sb); err != nil {
+			return err
+		}
+		w.mu.Lock()
+		w.sb = sb
+		w.mu.Unlock()
 		return nil
 	}
 	if _, err := w.a.cni.confList(); err != nil {
@@ -248,21 +390,12 @@ func (w *podWorker) start(ctx context.Context, pod *corev1.Pod) error {
 	if sb.IPs, err = w.a.cni.add(ctx, pod, id, nsPath); err != nil {
 		return err
 	}
-	w.mu.Lock()
-	w.sb = sb
-	w.mu.Unlock()
-	for _, c := range pod.Spec.Containers {
-		if err := w.startContainer(pod, c); err != nil {
-			w.killAll(nil, 0)
-			w.mu.Lock()
-			w.sb = nil
-			w.mu.Unlock()
-			return err
-		}
-	}
 	if err := w.a.saveState(sb); err != nil {
 		return err
 	}
+	w.mu.Lock()
+	w.sb = sb
+	w.mu.Unlock()
 	success = true
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, NetnsAnnotation, name)
 	_, _ = w.a.o.Client.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
@@ -270,14 +403,26 @@ func (w *podWorker) start(ctx context.Context, pod *corev1.Pod) error {
 }
 
 func (w *podWorker) adopt(pod *corev1.Pod, s *sandboxState) bool {
-	if _, err := os.Stat(netnsutil.Path(s.Netns)); err != nil {
+	if s.HostNetwork != pod.Spec.HostNetwork {
 		return false
+	}
+	if !s.HostNetwork {
+		if _, err := os.Stat(netnsutil.Path(s.Netns)); err != nil {
+			return false
+		}
 	}
 	w.mu.Lock()
 	w.sb = s
 	w.mu.Unlock()
-	for _, c := range pod.Spec.Containers {
-		pid := s.PIDs[c.Name]
+	ctrs := pod.Spec.Containers
+	if !s.InitDone {
+		ctrs = append(append([]corev1.Container{}, pod.Spec.InitContainers...), ctrs...)
+	}
+	for _, c := range ctrs {
+		pid, recorded := s.PIDs[c.Name]
+		if !recorded {
+			continue // not started yet: startContainers starts it
+		}
 		started := s.Started[c.Name]
 		if started.IsZero() {
 			started = time.Now() // recorded by an agent that did not keep it
@@ -292,10 +437,22 @@ func (w *podWorker) adopt(pod *corev1.Pod, s *sandboxState) bool {
 	return true
 }
 
-func (w *podWorker) startContainer(pod *corev1.Pod, c corev1.Container) error {
-	argv, err := w.resolve(c)
+func (w *podWorker) startContainer(ctx context.Context, pod *corev1.Pod, c corev1.Container) error {
+	env, vars, err := w.containerEnv(ctx, pod, c)
 	if err != nil {
 		return err
+	}
+	argv, err := w.resolve(c, vars)
+	if err != nil {
+		return err
+	}
+	mounts, err := w.containerMounts(ctx, pod, c)
+	if err != nil {
+		return err
+	}
+	mounts = append(mounts, w.imageBinaries(c)...)
+	if len(mounts) > 0 && w.a.o.Self == "" {
+		return &podError{"CreateContainerConfigError", c.Name, fmt.Errorf("container %q: volumes need the nodenet binary's logshim (agent without Options.Self)", c.Name)}
 	}
 	prev := w.ctrs[c.Name]
 	restarts := int32(0)
@@ -312,7 +469,15 @@ func (w *podWorker) startContainer(pod *corev1.Pod, c corev1.Container) error {
 	// another program) output goes to the file as is, without timestamps.
 	var logf *os.File
 	if w.a.o.Self != "" {
-		argv = append([]string{w.a.o.Self, "logshim", "--log", logPath, "--"}, argv...)
+		shim := []string{w.a.o.Self, "logshim", "--log", logPath}
+		if len(mounts) > 0 {
+			js, err := json.Marshal(mounts)
+			if err != nil {
+				return fmt.Errorf("container %q: %w", c.Name, err)
+			}
+			shim = append(shim, "--mounts", string(js))
+		}
+		argv = append(append(shim, "--"), argv...)
 		logf, err = os.Open(os.DevNull)
 	} else {
 		logf, err = os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
@@ -326,15 +491,9 @@ func (w *podWorker) startContainer(pod *corev1.Pod, c corev1.Container) error {
 	if c.WorkingDir != "" {
 		cmd.Dir = c.WorkingDir
 	}
-	cmd.Env = []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-		"POD_NAME=" + pod.Name, "POD_NAMESPACE=" + pod.Namespace, "POD_IP=" + w.sb.IPs[0], "NODE_NAME=" + w.a.o.NodeName, "HOSTNAME=" + pod.Name}
-	for _, e := range c.Env {
-		if e.ValueFrom == nil {
-			cmd.Env = append(cmd.Env, e.Name+"="+e.Value)
-		}
-	}
+	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := netnsutil.Start(netnsutil.Path(w.sb.Netns), cmd); err != nil {
+	if err := w.startIn(cmd); err != nil {
 		logf.Close()
 		return &podError{"StartError", c.Name, fmt.Errorf("container %q: start %s: %w", c.Name, argv[0], err)}
 	}
@@ -384,7 +543,11 @@ func (w *podWorker) checkContainers(ctx context.Context, pod *corev1.Pod) {
 	for _, c := range pod.Spec.Containers {
 		w.mu.Lock()
 		ctr := w.ctrs[c.Name]
-		if ctr != nil && ctr.cmd == nil && !ctr.exited && syscall.Kill(ctr.pid, 0) != nil {
+		if ctr == nil {
+			w.mu.Unlock()
+			continue // not started yet (startContainers)
+		}
+		if ctr.cmd == nil && !ctr.exited && syscall.Kill(ctr.pid, 0) != nil {
 			ctr.exited, ctr.exitCode, ctr.finishedAt = true, 137, time.Now()
 		}
 		exited := ctr != nil && ctr.exited
@@ -397,7 +560,7 @@ func (w *podWorker) checkContainers(ctx context.Context, pod *corev1.Pod) {
 		if !restart || w.backingOff(pod, ctr) {
 			continue
 		}
-		if err := w.startContainer(pod, c); err != nil {
+		if err := w.startContainer(ctx, pod, c); err != nil {
 			w.a.log.Warn("restart container", "pod", pod.Name, "container", c.Name, "err", err)
 			w.a.event(pod, c.Name, corev1.EventTypeWarning, "Failed", "Error: %v", err)
 		} else {
@@ -463,11 +626,16 @@ func (w *podWorker) teardown(ctx context.Context, pod *corev1.Pod, grace time.Du
 		pod = &corev1.Pod{}
 		pod.Namespace, pod.Name, pod.UID = sb.Namespace, sb.Name, sb.UID
 	}
-	if err := w.a.cni.del(ctx, pod, sb.ContainerID, netnsutil.Path(sb.Netns)); err != nil {
-		w.a.log.Warn("CNI DEL", "pod", pod.Name, "err", err)
+	if !sb.HostNetwork {
+		if err := w.a.cni.del(ctx, pod, sb.ContainerID, netnsutil.Path(sb.Netns)); err != nil {
+			w.a.log.Warn("CNI DEL", "pod", pod.Name, "err", err)
+		}
+		if err := netnsutil.Delete(sb.Netns); err != nil {
+			w.a.log.Warn("remove netns", "pod", pod.Name, "err", err)
+		}
 	}
-	if err := netnsutil.Delete(sb.Netns); err != nil {
-		w.a.log.Warn("remove netns", "pod", pod.Name, "err", err)
+	if err := os.RemoveAll(w.a.podVolumeDir(sb.UID)); err != nil {
+		w.a.log.Warn("remove pod volumes", "pod", pod.Name, "err", err)
 	}
 	_ = os.Remove(w.a.statePath(sb.UID))
 	w.mu.Lock()
@@ -483,6 +651,35 @@ func (w *podWorker) removeLogs(pod *corev1.Pod) {
 	if err := os.RemoveAll(w.a.podLogDir(pod.Namespace, pod.Name, pod.UID)); err != nil {
 		w.a.log.Warn("remove pod logs", "pod", pod.Namespace+"/"+pod.Name, "err", err)
 	}
+}
+
+// imageBinaries: a container of the nodenet image (its command is one of
+// the image's binary paths) sees the built binaries at those paths too,
+// read-only, so arguments naming them work (install-cni --source).
+func (w *podWorker) imageBinaries(c corev1.Container) []Mount {
+	argv := append(append([]string{}, c.Command...), c.Args...)
+	if w.a.o.Self == "" || len(argv) == 0 || (argv[0] != daemonset.NodenetPath && argv[0] != daemonset.NodenetCNIPath) {
+		return nil
+	}
+	out := []Mount{{Source: w.a.o.Self, Target: daemonset.NodenetPath, ReadOnly: true}}
+	if cni := filepath.Join(filepath.Dir(w.a.o.Self), "nodenet-cni"); fileExists(cni) {
+		out = append(out, Mount{Source: cni, Target: daemonset.NodenetCNIPath, ReadOnly: true})
+	}
+	return out
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// startIn starts cmd in the pod's network namespace, or the agent's own
+// for a hostNetwork pod.
+func (w *podWorker) startIn(cmd *exec.Cmd) error {
+	if w.sb.HostNetwork {
+		return cmd.Start()
+	}
+	return netnsutil.Start(netnsutil.Path(w.sb.Netns), cmd)
 }
 
 func randomID() string {

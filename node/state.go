@@ -29,6 +29,12 @@ type sandboxState struct {
 	Restarts map[string]int32 `json:"restarts,omitempty"`
 	// Started keeps each container's start time for a restarted agent.
 	Started map[string]time.Time `json:"started,omitempty"`
+	// HostNetwork pods have no namespace (Netns is empty) and no CNI
+	// attachment; IPs holds the node's IP.
+	HostNetwork bool `json:"hostNetwork,omitempty"`
+	// InitDone: every init container has completed; they do not run again
+	// for this sandbox.
+	InitDone bool `json:"initDone,omitempty"`
 }
 
 func (a *Agent) saveState(s *sandboxState) error {
@@ -91,10 +97,13 @@ func (a *Agent) cleanupOrphans(ctx context.Context, store cache.Store, recorded 
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
 			_ = syscall.Kill(pid, syscall.SIGKILL)
 		}
-		pod := &corev1.Pod{}
-		pod.Namespace, pod.Name, pod.UID = s.Namespace, s.Name, s.UID
-		_ = a.cni.del(ctx, pod, s.ContainerID, netnsutil.Path(s.Netns))
-		_ = netnsutil.Delete(s.Netns)
+		if !s.HostNetwork {
+			pod := &corev1.Pod{}
+			pod.Namespace, pod.Name, pod.UID = s.Namespace, s.Name, s.UID
+			_ = a.cni.del(ctx, pod, s.ContainerID, netnsutil.Path(s.Netns))
+			_ = netnsutil.Delete(s.Netns)
+		}
+		_ = os.RemoveAll(a.podVolumeDir(uid))
 		_ = os.Remove(a.statePath(uid))
 	}
 	// Sandboxes started since the informer synced are live too.

@@ -12,8 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-
-	"github.com/nodenet/nodenet/internal/netnsutil"
 )
 
 func condition(t corev1.PodConditionType, ok bool, since metav1.Time) corev1.PodCondition {
@@ -86,6 +84,8 @@ func (w *podWorker) runningStatus(pod *corev1.Pod) corev1.PodStatus {
 		st.PodIPs = append(st.PodIPs, corev1.PodIP{IP: ip})
 	}
 	st.PodIP = w.sb.IPs[0]
+	initDone := w.sb.InitDone || len(pod.Spec.InitContainers) == 0
+	st.InitContainerStatuses = w.initStatuses(pod)
 	allReady, allDone, anyFailed := true, true, false
 	for _, c := range pod.Spec.Containers {
 		ctr := w.ctrs[c.Name]
@@ -97,8 +97,15 @@ func (w *podWorker) runningStatus(pod *corev1.Pod) corev1.PodStatus {
 			}
 		}
 		if ctr == nil {
-			allReady = false
-			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}
+			allReady, allDone = false, false
+			switch {
+			case !initDone:
+				cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "PodInitializing"}
+			case w.waiting[c.Name] != nil:
+				cs.State.Waiting = w.waiting[c.Name].DeepCopy()
+			default:
+				cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ContainerCreating"}
+			}
 		} else if ctr.inBackOff() {
 			// Between a crash and its restart the kubelet reports the
 			// crash as the last state and the container as waiting.
@@ -122,6 +129,8 @@ func (w *podWorker) runningStatus(pod *corev1.Pod) corev1.PodStatus {
 	}
 	never := pod.Spec.RestartPolicy == corev1.RestartPolicyNever || (pod.Spec.RestartPolicy == corev1.RestartPolicyOnFailure && !anyFailed)
 	switch {
+	case !initDone:
+		st.Phase = corev1.PodPending
 	case allDone && never && anyFailed:
 		st.Phase = corev1.PodFailed
 	case allDone && never:
@@ -131,7 +140,7 @@ func (w *podWorker) runningStatus(pod *corev1.Pod) corev1.PodStatus {
 	}
 	t := *st.StartTime
 	st.Conditions = w.keepTransitions(pod, []corev1.PodCondition{
-		condition(corev1.PodScheduled, true, t), condition(corev1.PodInitialized, true, t),
+		condition(corev1.PodScheduled, true, t), condition(corev1.PodInitialized, initDone, t),
 		condition(corev1.PodReadyToStartContainers, st.Phase == corev1.PodRunning, t),
 		condition(corev1.ContainersReady, allReady, t), condition(corev1.PodReady, allReady, t),
 	})
@@ -144,7 +153,9 @@ func (w *podWorker) runningStatus(pod *corev1.Pod) corev1.PodStatus {
 		}
 		for i := range st.Conditions {
 			switch {
-			case st.Phase != corev1.PodRunning && st.Conditions[i].Type != corev1.PodScheduled && st.Conditions[i].Type != corev1.PodInitialized:
+			case st.Conditions[i].Type == corev1.PodInitialized && !initDone:
+				st.Conditions[i].Reason = "ContainersNotInitialized"
+			case initDone && st.Phase != corev1.PodRunning && st.Conditions[i].Type != corev1.PodScheduled && st.Conditions[i].Type != corev1.PodInitialized:
 				st.Conditions[i].Reason = "PodCompleted"
 			case st.Conditions[i].Type == corev1.ContainersReady || st.Conditions[i].Type == corev1.PodReady:
 				st.Conditions[i].Reason = "ContainersNotReady"
@@ -153,6 +164,46 @@ func (w *podWorker) runningStatus(pod *corev1.Pod) corev1.PodStatus {
 		}
 	}
 	return st
+}
+
+// initStatuses are the init containers' statuses (w.mu held): completed
+// ones terminated with their exit code (a restarted agent that adopted the
+// pod after its init containers ran reports them as completed), the one
+// running, the ones after it waiting.
+func (w *podWorker) initStatuses(pod *corev1.Pod) []corev1.ContainerStatus {
+	var out []corev1.ContainerStatus
+	for _, c := range pod.Spec.InitContainers {
+		ctr := w.ctrs[c.Name]
+		cs := corev1.ContainerStatus{Name: c.Name, Image: c.Image, ImageID: "host://" + c.Image, ContainerID: "nodenet://" + w.sb.ContainerID[:12] + "-" + c.Name, Started: new(bool)}
+		switch {
+		case ctr == nil && w.sb.InitDone:
+			cs.State.Terminated = &corev1.ContainerStateTerminated{Reason: "Completed", ContainerID: cs.ContainerID}
+			cs.Ready = true
+		case ctr == nil && w.waiting[c.Name] != nil:
+			cs.State.Waiting = w.waiting[c.Name].DeepCopy()
+		case ctr == nil:
+			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "PodInitializing"}
+		case ctr.inBackOff():
+			cs.RestartCount = ctr.restarts
+			cs.LastTerminationState.Terminated = ctr.terminated()
+			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff",
+				Message: fmt.Sprintf("back-off %s restarting failed container=%s pod=%s_%s(%s)", ctr.backoff, c.Name, pod.Name, pod.Namespace, pod.UID)}
+		case ctr.exited:
+			cs.RestartCount = ctr.restarts
+			cs.State.Terminated = ctr.terminated()
+			cs.State.Terminated.ContainerID = cs.ContainerID
+			cs.Ready = ctr.exitCode == 0
+		default:
+			cs.RestartCount = ctr.restarts
+			*cs.Started = true
+			cs.State.Running = &corev1.ContainerStateRunning{StartedAt: metav1.Time{Time: ctr.startedAt.Truncate(time.Second)}}
+		}
+		if ctr != nil && ctr.last != nil && cs.LastTerminationState.Terminated == nil {
+			cs.LastTerminationState.Terminated = ctr.last
+		}
+		out = append(out, cs)
+	}
+	return out
 }
 
 // probe runs the readiness probes that are due.
@@ -222,8 +273,12 @@ func (w *podWorker) runProbe(ctx context.Context, pod *corev1.Pod, c corev1.Cont
 		if err != nil {
 			return err
 		}
+		host := ip
+		if p.HTTPGet.Host != "" {
+			host = p.HTTPGet.Host // as the kubelet: dialled from the agent's namespace
+		}
 		cl := &http.Client{Timeout: timeout}
-		resp, err := cl.Get("http://" + net.JoinHostPort(ip, pt) + p.HTTPGet.Path)
+		resp, err := cl.Get("http://" + net.JoinHostPort(host, pt) + p.HTTPGet.Path)
 		if err != nil {
 			return err
 		}
@@ -240,7 +295,7 @@ func (w *podWorker) runProbe(ctx context.Context, pod *corev1.Pod, c corev1.Cont
 			argv[0] = w.a.o.Self
 		}
 		cmd := exec.CommandContext(cctx, argv[0], argv[1:]...)
-		if err := netnsutil.Start(netnsutil.Path(w.sb.Netns), cmd); err != nil {
+		if err := w.startIn(cmd); err != nil {
 			return err
 		}
 		return cmd.Wait()

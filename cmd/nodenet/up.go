@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -238,6 +239,8 @@ func runAgent(ctx context.Context, args []string) error {
 	fs.Var(&binDirs, "cni-bin-dir", "CNI plugin directories (repeatable; default /opt/cni/bin)")
 	fs.StringVar(&o.CNICacheDir, "cni-cache-dir", "/var/lib/cni", "libcni cache directory")
 	fs.StringVar(&o.StateDir, "state-dir", "/var/lib/nodenet/agent", "per-pod state and container logs")
+	fs.StringVar(&o.HostRoot, "host-root", "/", "directory hostPath volumes are under (the local cluster gives each node one)")
+	fs.StringVar(&o.APIServer, "pod-api-server", "", "HOST:PORT pods get as KUBERNETES_SERVICE_HOST/PORT (default: the kubernetes Service's)")
 	fs.StringVar(&o.NetnsPrefix, "netns-prefix", "nn-pod-", "prefix of pod network namespace names")
 	fs.DurationVar(&o.Heartbeat, "node-status-update-frequency", 10*time.Second, "how often the lease and node status are renewed")
 	fs.StringVar(&o.KubeletAddress, "address", "0.0.0.0", "IP the kubelet port (container logs, HTTPS) listens on")
@@ -327,18 +330,31 @@ func agentClientCA(kubeconfig, file string) ([]byte, error) {
 	return b, nil
 }
 
-// runLogShim is `nodenet logshim --log FILE -- COMMAND...`: the agent runs
-// each container through it so the container's output is written as
-// timestamped CRI log lines even while the agent restarts.
+// runLogShim is `nodenet logshim --log FILE [--mounts JSON] -- COMMAND...`:
+// the agent runs each container through it so the container's output is
+// written as timestamped CRI log lines even while the agent restarts.
+// --exec is the shim's own second stage: bind the volumes in the private
+// mount namespace it was started in, then exec COMMAND.
 func runLogShim(_ context.Context, args []string) error {
 	fs := flag.NewFlagSet("logshim", flag.ContinueOnError)
 	logPath := fs.String("log", "", "CRI-format log file to append to")
+	mountsJSON := fs.String("mounts", "", "volumes to bind in a private mount namespace (JSON list of {source,target,readOnly})")
+	execStage := fs.Bool("exec", false, "internal: bind --mounts and exec COMMAND (the shim starts this in a new mount namespace)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *logPath == "" || fs.NArg() == 0 {
-		return errors.New("usage: nodenet logshim --log FILE -- COMMAND [ARG...]")
+	var mounts []node.Mount
+	if *mountsJSON != "" {
+		if err := json.Unmarshal([]byte(*mountsJSON), &mounts); err != nil {
+			return fmt.Errorf("--mounts: %w", err)
+		}
 	}
-	os.Exit(node.RunLogShim(*logPath, fs.Args()))
+	if *execStage {
+		return node.ExecWithMounts(mounts, fs.Args())
+	}
+	if *logPath == "" || fs.NArg() == 0 {
+		return errors.New("usage: nodenet logshim --log FILE [--mounts JSON] -- COMMAND [ARG...]")
+	}
+	os.Exit(node.RunLogShim(*logPath, mounts, fs.Args()))
 	return nil
 }
