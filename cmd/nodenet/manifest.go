@@ -5,6 +5,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 
@@ -25,6 +26,11 @@ func runManifest(_ context.Context, args []string) error {
 	fs.StringVar(&o.Image, "image", o.Image, "the nodenet image (make image builds it)")
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "namespace of the DaemonSet, its ServiceAccount and ConfigMap")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	// A DaemonSet whose proxy cannot start is no use: only the modes
+	// this build carries (the manifest package knows every defined one).
+	if err := proxyModes(slog.New(slog.DiscardHandler)).Check(o.ProxyMode); err != nil {
 		return err
 	}
 	out, err := manifest.Render(o)

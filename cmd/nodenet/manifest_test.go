@@ -50,3 +50,15 @@ func TestInstallCNI(t *testing.T) {
 		t.Error("a missing source installed")
 	}
 }
+
+// TestManifestRefusesModesNotBuilt: a manifest whose proxy cannot start in
+// this build is refused, naming the modes it has.
+func TestManifestRefusesModesNotBuilt(t *testing.T) {
+	err := runManifest(t.Context(), []string{"--proxy-mode", "ebpf"})
+	if err == nil || !strings.Contains(err.Error(), "built in") {
+		t.Fatalf("--proxy-mode ebpf: %v", err)
+	}
+	if err := runManifest(t.Context(), []string{"--proxy-mode", "userspace"}); err == nil {
+		t.Fatal("an unknown mode rendered")
+	}
+}
