@@ -3,6 +3,7 @@ package proxy
 import (
 	"net/netip"
 	"slices"
+	"strings"
 )
 
 // NodePortAddresses is --nodeport-addresses (parsed by cmd/nodenet): a
@@ -11,6 +12,18 @@ import (
 type NodePortAddresses struct {
 	CIDRs   []netip.Prefix
 	Primary bool
+}
+
+// String is the flag's form: the CIDRs, then "primary", comma-separated.
+func (n NodePortAddresses) String() string {
+	parts := make([]string, 0, len(n.CIDRs)+1)
+	for _, p := range n.CIDRs {
+		parts = append(parts, p.String())
+	}
+	if n.Primary {
+		parts = append(parts, "primary")
+	}
+	return strings.Join(parts, ",")
 }
 
 // Resolve computes where NodePorts of family f are open. local are the

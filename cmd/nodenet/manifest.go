@@ -22,7 +22,7 @@ func runManifest(_ context.Context, args []string) error {
 	fs.StringVar(&o.ProxyMode, "proxy-mode", o.ProxyMode, "the proxy's data plane: iptables, nftables, ipvs or ebpf (ConfigMap key proxyMode)")
 	fs.StringVar(&o.Backend, "backend", o.Backend, "flanneld backend: host-gw or vxlan (net-conf.json Backend.Type)")
 	fs.Var(newCIDRsFlag(&o.ClusterCIDRs, cidrlist.DualStack), "cluster-cidr", "pod network(s), one per family, comma-separated")
-	fs.Var((*stringList)(&o.NodePortAddresses), "nodeport-addresses", `CIDRs whose local addresses accept NodePorts, or "primary"; default all`)
+	fs.Var(&nodePortFlag{dst: &o.NodePortAddresses}, "nodeport-addresses", `CIDRs whose local addresses accept NodePorts, or "primary"; default all`)
 	fs.StringVar(&o.Image, "image", o.Image, "the nodenet image (make image builds it)")
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "namespace of the DaemonSet, its ServiceAccount and ConfigMap")
 	if err := fs.Parse(args); err != nil {

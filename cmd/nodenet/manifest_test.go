@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nodenet/nodenet/proxy"
 )
 
 func TestInstallCNI(t *testing.T) {
@@ -60,5 +62,22 @@ func TestManifestRefusesModesNotBuilt(t *testing.T) {
 	}
 	if err := runManifest(t.Context(), []string{"--proxy-mode", "userspace"}); err == nil {
 		t.Fatal("an unknown mode rendered")
+	}
+}
+
+// TestManifestNodePortAddresses: the manifest's --nodeport-addresses is the
+// proxy's flag, so what the ConfigMap carries is what the proxy accepts,
+// and a bad value fails at parsing, naming the flag.
+func TestManifestNodePortAddresses(t *testing.T) {
+	if err := runManifest(t.Context(), []string{"--nodeport-addresses", "10.0.0.1"}); err == nil || !strings.Contains(err.Error(), "nodeport-addresses") {
+		t.Fatalf("an address without a prefix length: %v", err)
+	}
+	var got proxy.NodePortAddresses
+	f := nodePortFlag{dst: &got}
+	if err := f.Set("10.0.0.0/8,primary"); err != nil {
+		t.Fatal(err)
+	}
+	if s := got.String(); s != "10.0.0.0/8,primary" {
+		t.Fatalf("String() = %q", s)
 	}
 }

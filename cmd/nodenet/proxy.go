@@ -120,11 +120,7 @@ func (f *nodePortFlag) String() string {
 	if f == nil || f.dst == nil {
 		return ""
 	}
-	s := cidrlist.Join(f.dst.CIDRs)
-	if f.dst.Primary {
-		s = strings.TrimPrefix(s+",primary", ",")
-	}
-	return s
+	return f.dst.String()
 }
 
 func (f *nodePortFlag) Set(v string) error {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/nodenet/nodenet/daemonset"
 	"github.com/nodenet/nodenet/flanneld"
+	"github.com/nodenet/nodenet/proxy"
 	"github.com/nodenet/nodenet/proxy/app"
 )
 
@@ -38,7 +39,7 @@ type Options struct {
 	ClusterCIDRs []netip.Prefix
 	// NodePortAddresses limit NodePorts to local addresses in these
 	// CIDRs ("primary" for the node's own IPs); empty is all.
-	NodePortAddresses []string
+	NodePortAddresses proxy.NodePortAddresses
 }
 
 // Defaults are the checked-in daemonset/nodenet.yaml's options.
@@ -96,14 +97,6 @@ func (o Options) Validate() error {
 	}
 	if v4 > 1 || v6 > 1 || v4+v6 == 0 {
 		return fmt.Errorf("cluster CIDRs %v: want one IPv4 and/or one IPv6 prefix", o.ClusterCIDRs)
-	}
-	for _, a := range o.NodePortAddresses {
-		if a == "primary" {
-			continue
-		}
-		if _, err := netip.ParsePrefix(a); err != nil {
-			return fmt.Errorf("nodeport address %q: want a CIDR or \"primary\"", a)
-		}
 	}
 	return nil
 }
@@ -213,7 +206,7 @@ func Objects(o Options) []runtime.Object {
 				KeyCNIConf:           flanneld.DefaultCNIConfTemplate,
 				KeyProxyMode:         o.ProxyMode,
 				KeyClusterCIDR:       strings.Join(cidrs, ","),
-				KeyNodePortAddresses: strings.Join(o.NodePortAddresses, ","),
+				KeyNodePortAddresses: o.NodePortAddresses.String(),
 			}},
 		daemonSet(o, labels),
 	}

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodenet/nodenet/flanneld"
+	"github.com/nodenet/nodenet/proxy"
 )
 
 const checkedIn = "../nodenet.yaml"
@@ -109,7 +110,7 @@ func TestDaemonSetShape(t *testing.T) {
 	o.ProxyMode = "nftables"
 	o.Backend = flanneld.BackendHostGW
 	o.ClusterCIDRs = append(o.ClusterCIDRs, netip.MustParsePrefix("fd00:10:244::/56"))
-	o.NodePortAddresses = []string{"primary"}
+	o.NodePortAddresses = proxy.NodePortAddresses{Primary: true}
 	y, err := Render(o)
 	if err != nil {
 		t.Fatal(err)
@@ -216,7 +217,6 @@ func TestValidateRejects(t *testing.T) {
 			o.ClusterCIDRs = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/16"), netip.MustParsePrefix("10.1.0.0/16")}
 		}, "one IPv4 and/or one IPv6"},
 		{func(o *Options) { o.ClusterCIDRs = nil }, "cluster CIDRs"},
-		{func(o *Options) { o.NodePortAddresses = []string{"10.0.0.1"} }, `nodeport address "10.0.0.1"`},
 	} {
 		o := Defaults()
 		tc.mutate(&o)
