@@ -107,23 +107,6 @@ func (l *Layer) Paths() []string {
 	return out
 }
 
-// Entry returns the entry at p (parent directories included).
-func (l *Layer) Entry(p string) (Entry, bool) {
-	c, err := cleanPath(p)
-	if err != nil {
-		return Entry{}, false
-	}
-	if e, ok := l.entries[c]; ok {
-		return e, true
-	}
-	for q := range l.entries {
-		if strings.HasPrefix(q, c+"/") {
-			return Entry{Path: c, Mode: 0o755, Dir: true}, true
-		}
-	}
-	return Entry{}, false
-}
-
 // epoch is every entry's modification time: the image's contents, not
 // when they were built, decide its digest.
 var epoch = time.Unix(0, 0).UTC()
@@ -141,7 +124,10 @@ func (l *Layer) pack() (packed, error) {
 	var raw bytes.Buffer
 	tw := tar.NewWriter(&raw)
 	for _, p := range l.Paths() {
-		e, _ := l.Entry(p)
+		e, ok := l.entries[p]
+		if !ok { // a parent directory nobody added: implied
+			e = Entry{Path: p, Mode: 0o755, Dir: true}
+		}
 		h := &tar.Header{Name: p, Mode: tarMode(e.Mode), ModTime: epoch, Format: tar.FormatPAX}
 		switch {
 		case e.Dir:
