@@ -33,7 +33,7 @@ DEMO_EXIT ?=
 # API_PORT: the root namespace's port for the API server (default 6443).
 LB_IP_POOL ?=
 API_PORT ?=
-run: build
+run: deps build
 	./$(BIN)/nodenet up --nodes $(NODES) --backend $(BACKEND) --proxy-mode $(PROXY_MODE) --dir $(STATE) --demo $(if $(DEMO_EXIT),--demo-exit) \
 		$(if $(LB_IP_POOL),--lb-ip-pool $(LB_IP_POOL)) $(if $(API_PORT),--api-port $(API_PORT))
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/nodenet/nodenet/daemonset/manifest"
 	"github.com/nodenet/nodenet/internal/netnsutil"
 	"github.com/nodenet/nodenet/routes"
 )
@@ -36,13 +37,15 @@ type Config struct {
 	Dir       string // state directory
 	Nodes     int
 	Backend   string // host-gw or vxlan
-	ProxyMode string // iptables, nftables; "none" runs no proxy
+	ProxyMode string // the DaemonSet's proxy mode; "none" runs no proxy container
 	Binary    string // the nodenet binary
-	CNIBinary string // the nodenet-cni binary
+	CNIBinary string // the nodenet-cni binary (the image's, mapped by the agents)
 	APIPort   int    // root-namespace port of the API forwarder (0: any)
 	LBPool    string // CIDR LoadBalancer Service IPs come from
 	Replace   bool   // stop a live `up` of the same dir or name instead of refusing
 	Out       io.Writer
+
+	portmapDir string // found by Validate
 }
 
 // State is what Up records in <dir>/cluster.json for down and status.
@@ -156,6 +159,15 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 			Stage(cfg.Out, "control plane", time.Since(start), fmt.Sprintf("API server https://127.0.0.1:%d; admin kubeconfig %s", st.APIPort, c.AdminKube))
 		}
 	}
+	start = time.Now()
+	cs, err := Client(c.AdminKube)
+	if err != nil {
+		return c, err
+	}
+	if err := c.DeployDaemons(ctx, cs); err != nil {
+		return c, err
+	}
+	Stage(cfg.Out, "daemonset", time.Since(start), fmt.Sprintf("applied the DaemonSet manifest (backend %s, proxy %s): the agents run flanneld and the proxy as pods of %s/%s", cfg.Backend, cfg.ProxyMode, manifest.Defaults().Namespace, manifest.Name))
 	return c, nil
 }
 

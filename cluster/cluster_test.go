@@ -77,6 +77,9 @@ func upCluster(t *testing.T, backend, proxyMode string) (name, dir, bin string) 
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	t.Cleanup(func() {
+		if t.Failed() {
+			logDaemonPods(t, filepath.Join(dir, "admin.kubeconfig"))
+		}
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case err := <-done:
@@ -89,7 +92,7 @@ func upCluster(t *testing.T, backend, proxyMode string) (name, dir, bin string) 
 		}
 		if t.Failed() {
 			t.Logf("nodenet up output:\n%s", out.String())
-			for _, f := range []string{"node-1-agent", "node-1-flanneld", "controller-manager"} {
+			for _, f := range []string{"node-1-agent", "controller-manager"} {
 				b, _ := os.ReadFile(filepath.Join(dir, "logs", f+".log"))
 				t.Logf("%s.log (tail):\n%s", f, tail(string(b), 3000))
 			}
@@ -121,6 +124,30 @@ func upCluster(t *testing.T, backend, proxyMode string) (name, dir, bin string) 
 	}
 	return name, dir, bin
 }
+
+// logDaemonPods logs the tail of every DaemonSet pod container's log, as
+// `kubectl logs` gets it (through the agents).
+func logDaemonPods(t *testing.T, kubeconfig string) {
+	cs, err := cluster.Client(kubeconfig)
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pods, err := cs.CoreV1().Pods("nodenet-system").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Logf("daemon pods: %v", err)
+		return
+	}
+	for _, p := range pods.Items {
+		for _, c := range p.Spec.Containers {
+			b, err := cs.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{Container: c.Name, TailLines: ptr(int64(40))}).DoRaw(ctx)
+			t.Logf("%s/%s on %s (err %v):\n%s", p.Name, c.Name, p.Spec.NodeName, err, b)
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
 
 func tail(s string, n int) string {
 	if len(s) > n {

@@ -63,6 +63,11 @@ func (c *Config) Validate() error {
 	if err := checkExecutable(c.CNIBinary); err != nil {
 		errs = append(errs, fmt.Errorf("--cni-plugin: %w (build it with: make build, or CGO_ENABLED=0 go build -o %s ./cmd/nodenet-cni)", err, c.CNIBinary))
 	}
+	if d, err := findPortmap(); err != nil {
+		errs = append(errs, err)
+	} else {
+		c.portmapDir = d
+	}
 	if err := c.checkLBPool(); err != nil {
 		errs = append(errs, err)
 	}

@@ -17,63 +17,51 @@ import (
 	"github.com/nodenet/nodenet/internal/netnsutil"
 )
 
-// cniTemplate is the conflist flanneld installs on every node: the nodenet
-// plugin with this node's subnet.env and IPAM store.
-const cniTemplate = `{
-  "cniVersion": "1.0.0",
-  "name": "cbr0",
-  "plugins": [
-    {
-      "type": "nodenet",
-      "subnetFile": {{json .SubnetFile}},
-      "dataDir": %q,
-      "bridge": "cni0",
-      "isDefaultGateway": true,
-      "hairpinMode": true
-    }%s
-  ]
+// portmapDirs are where Debian (containernetworking-plugins) and the
+// upstream tarball put the portmap plugin; the agents search the first
+// that has it after the node's own /opt/cni/bin.
+var portmapDirs = []string{"/usr/lib/cni", "/opt/cni/bin"}
+
+func findPortmap() (string, error) {
+	for _, d := range portmapDirs {
+		if err := checkExecutable(filepath.Join(d, "portmap")); err == nil {
+			return d, nil
+		}
+	}
+	return "", errNoPortmap
 }
-`
 
-const portmapEntry = `,
-    {
-      "type": "portmap",
-      "capabilities": {"portMappings": true}
-    }`
+// nodeRootDirs are the node's own copies of the host paths the
+// DaemonSet's hostPath volumes and the CNI plugins use (see doc.go).
+var nodeRootDirs = []string{"etc/cni/net.d", "opt/cni/bin", "run/flannel", "var/lib/cni/networks", "var/lib/cni/cache", "sys/fs/bpf", "pods"}
 
-const portmapPath = "/usr/lib/cni/portmap"
-
+// writeFiles lays out each node's root directory. /lib/modules is the
+// machine's (read-only in the pods, as on a real host); the iptables lock
+// is the node's own, shared by its proxy and its portmap plugin, since
+// each node is a network namespace of its own.
 func (c *Cluster) writeFiles() error {
-	d := c.cfg.Dir
-	netConf := fmt.Sprintf(`{"Network": %q, "Backend": {"Type": %q}}`+"\n", ClusterCIDR, c.cfg.Backend)
-	if err := os.WriteFile(filepath.Join(d, "net-conf.json"), []byte(netConf), 0o644); err != nil {
-		return err
-	}
-	cniBin := filepath.Join(d, "bin", "nodenet-cni")
-	if err := copyFile(c.cfg.CNIBinary, cniBin); err != nil {
-		return fmt.Errorf("install CNI plugin: %w", err)
-	}
-	_, err := os.Stat(portmapPath)
-	havePortmap := err == nil
 	for i := 1; i <= c.cfg.Nodes; i++ {
 		nd := c.nodeDir(i)
-		for _, sub := range []string{"etc/cni/net.d", "opt/cni/bin", "run/flannel", "var/lib/cni/networks", "var/lib/cni/cache", "pods"} {
+		for _, sub := range nodeRootDirs {
 			if err := os.MkdirAll(filepath.Join(nd, sub), 0o755); err != nil {
 				return err
 			}
 		}
-		if err := os.Symlink(cniBin, filepath.Join(nd, "opt/cni/bin/nodenet")); err != nil && !os.IsExist(err) {
+		if err := os.MkdirAll(filepath.Join(nd, "lib"), 0o755); err != nil {
 			return err
 		}
-		pm := ""
-		if havePortmap {
-			pm = portmapEntry
-			if err := os.Symlink(portmapPath, filepath.Join(nd, "opt/cni/bin/portmap")); err != nil && !os.IsExist(err) {
+		// A machine without modules (a kernel with everything built in)
+		// has no /lib/modules: the node gets an empty directory.
+		mods := filepath.Join(nd, "lib/modules")
+		if _, err := os.Stat("/lib/modules"); err == nil {
+			err = os.Symlink("/lib/modules", mods)
+			if err != nil && !os.IsExist(err) {
 				return err
 			}
+		} else if err := os.MkdirAll(mods, 0o755); err != nil {
+			return err
 		}
-		tmpl := fmt.Sprintf(cniTemplate, filepath.Join(nd, "var/lib/cni/networks"), pm)
-		if err := os.WriteFile(filepath.Join(nd, "cni-conf.tmpl"), []byte(tmpl), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(nd, "run/xtables.lock"), nil, 0o600); err != nil {
 			return err
 		}
 	}
@@ -120,27 +108,14 @@ func (c *Cluster) components() []*component {
 	for i := 1; i <= c.cfg.Nodes; i++ {
 		nd, node := c.nodeDir(i), NodeName(i)
 		ns := netnsutil.Path(NodeNetns(name, i))
-		comps = append(comps,
-			&component{name: node + "/agent", netns: ns, args: []string{"agent",
-				"--kubeconfig", c.NodeKube, "--node-name", node, "--node-ip", nodeIP(i),
-				"--zone", "zone-" + string(rune('a'+(i-1)%3)),
-				"--cni-conf-dir", filepath.Join(nd, "etc/cni/net.d"), "--cni-bin-dir", filepath.Join(nd, "opt/cni/bin"),
-				"--cni-cache-dir", filepath.Join(nd, "var/lib/cni/cache"), "--state-dir", filepath.Join(nd, "pods"),
-				"--netns-prefix", PodNetnsPrefix(name)}},
-			&component{name: node + "/flanneld", netns: ns, args: []string{"flanneld",
-				"--kube-subnet-mgr", "--kubeconfig", c.NodeKube, "--node-name", node, "--iface", "eth0",
-				"--net-config-path", filepath.Join(d, "net-conf.json"),
-				"--subnet-file", filepath.Join(nd, "run/flannel/subnet.env"),
-				"--install-cni-conf", filepath.Join(nd, "etc/cni/net.d/10-nodenet.conflist"),
-				"--cni-conf-template", filepath.Join(nd, "cni-conf.tmpl"),
-				"--healthz-ip", nodeIP(i), "--healthz-port", strconv.Itoa(flanneldHealthzPort)}},
-		)
-		if c.cfg.ProxyMode != ProxyModeNone {
-			comps = append(comps, &component{name: node + "/proxy", netns: ns, args: []string{"proxy",
-				"--proxy-mode", c.cfg.ProxyMode, "--kubeconfig", c.NodeKube, "--hostname-override", node,
-				"--cluster-cidr", ClusterCIDR, "--metrics-bind-address", "",
-				"--healthz-bind-address", net.JoinHostPort(nodeIP(i), strconv.Itoa(proxyHealthzPort))}})
-		}
+		comps = append(comps, &component{name: node + "/agent", netns: ns, args: []string{"agent",
+			"--kubeconfig", c.NodeKube, "--node-name", node, "--node-ip", nodeIP(i),
+			"--zone", "zone-" + string(rune('a'+(i-1)%3)),
+			"--host-root", nd, "--nodenet-cni", c.cfg.CNIBinary, "--pod-api-server", net.JoinHostPort(apiIP, strconv.Itoa(apiPort)),
+			"--cni-conf-dir", filepath.Join(nd, "etc/cni/net.d"),
+			"--cni-bin-dir", filepath.Join(nd, "opt/cni/bin"), "--cni-bin-dir", c.cfg.portmapDir,
+			"--cni-cache-dir", filepath.Join(nd, "var/lib/cni/cache"), "--state-dir", filepath.Join(nd, "pods"),
+			"--netns-prefix", PodNetnsPrefix(name)}})
 	}
 	for _, comp := range comps {
 		comp.log = logPath(d, strings.ReplaceAll(comp.name, "/", "-"))

@@ -39,6 +39,9 @@ type Options struct {
 	StateDir    string // per-pod state for adoption after a restart
 	NetnsPrefix string // pod namespaces are <prefix><uid[:8]>
 	Self        string // this binary, run for a container command "nodenet"
+	// CNIPlugin is the nodenet-cni binary a container's
+	// daemonset.NodenetCNIPath maps to; empty: nodenet-cni next to Self.
+	CNIPlugin string
 	// HostRoot is where a hostPath volume's paths are: "/" (the default)
 	// on a real host; the local cluster's nodes, which share one
 	// filesystem, each have a directory of their own.
@@ -89,8 +92,11 @@ func New(o Options) (*Agent, error) {
 	if err := os.MkdirAll(o.StateDir, 0o755); err != nil {
 		return nil, err
 	}
+	if o.CNIPlugin == "" && o.Self != "" {
+		o.CNIPlugin = filepath.Join(filepath.Dir(o.Self), "nodenet-cni")
+	}
 	return &Agent{o: o, log: o.Logger, pods: map[types.UID]*podWorker{},
-		cni: &cniRuntime{confDir: o.CNIConfDir, binDirs: o.CNIBinDirs, cacheDir: o.CNICacheDir}}, nil
+		cni: &cniRuntime{confDir: o.CNIConfDir, binDirs: o.CNIBinDirs, cacheDir: o.CNICacheDir, exec: newNodeViewExec(o.Self, o.HostRoot)}}, nil
 }
 
 // Run registers the node and runs pods until ctx ends. Pods keep running

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/invoke"
 	cnitypes "github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	corev1 "k8s.io/api/core/v1"
@@ -22,6 +23,8 @@ type cniRuntime struct {
 	confDir  string
 	binDirs  []string
 	cacheDir string
+	// exec runs the plugins; nil is libcni's default (see cniview.go).
+	exec invoke.Exec
 }
 
 // errNetworkNotReady means no conflist is installed yet (flanneld has not
@@ -43,7 +46,7 @@ func (c *cniRuntime) confList() (*libcni.NetworkConfigList, error) {
 }
 
 func (c *cniRuntime) lib() *libcni.CNIConfig {
-	return libcni.NewCNIConfigWithCacheDir(c.binDirs, c.cacheDir, nil)
+	return libcni.NewCNIConfigWithCacheDir(c.binDirs, c.cacheDir, c.exec)
 }
 
 func runtimeConf(pod *corev1.Pod, id, nsPath string) *libcni.RuntimeConf {

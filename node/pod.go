@@ -329,7 +329,7 @@ func (w *podWorker) resolve(ctr corev1.Container, vars map[string]string) ([]str
 			argv[0] = self
 			return argv, nil
 		case daemonset.NodenetCNIPath:
-			argv[0] = filepath.Join(filepath.Dir(self), "nodenet-cni")
+			argv[0] = w.a.o.CNIPlugin
 			return argv, nil
 		}
 	}
@@ -662,7 +662,7 @@ func (w *podWorker) imageBinaries(c corev1.Container) []Mount {
 		return nil
 	}
 	out := []Mount{{Source: w.a.o.Self, Target: daemonset.NodenetPath, ReadOnly: true}}
-	if cni := filepath.Join(filepath.Dir(w.a.o.Self), "nodenet-cni"); fileExists(cni) {
+	if cni := w.a.o.CNIPlugin; fileExists(cni) {
 		out = append(out, Mount{Source: cni, Target: daemonset.NodenetCNIPath, ReadOnly: true})
 	}
 	return out

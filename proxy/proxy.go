@@ -63,6 +63,9 @@ type Proxy struct {
 	hc      *healthCheckServers
 
 	nudgeCh chan struct{}
+	// synced is closed by the first successful sync.
+	synced     chan struct{}
+	syncedOnce sync.Once
 
 	// Sync state, guarded by syncMu (only the runner or SyncNow hold it).
 	syncMu     sync.Mutex
@@ -105,6 +108,7 @@ func New(cfg Config, planes map[Family]DataPlane) (*Proxy, error) {
 		cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics, planes: planes,
 		nudgeCh:    make(chan struct{}, 1),
 		first:      true,
+		synced:     make(chan struct{}),
 		fullNeeded: map[Family]bool{},
 		desired:    map[Family]*Snapshot{},
 		programmed: map[Family]*Snapshot{},
@@ -129,6 +133,10 @@ func New(cfg Config, planes map[Family]DataPlane) (*Proxy, error) {
 	cfg.Metrics.registerMode(p.Mode())
 	return p, nil
 }
+
+// Synced is closed once the data planes hold every Service: after the
+// first successful sync.
+func (p *Proxy) Synced() <-chan struct{} { return p.synced }
 
 // Tracker is the change tracker the informers (or tests) feed.
 func (p *Proxy) Tracker() *Tracker { return p.tracker }
@@ -311,6 +319,7 @@ func (p *Proxy) SyncNow(ctx context.Context, forceFull bool) error {
 		return errors.Join(errs...)
 	}
 	p.health.everSynced.Store(true)
+	p.syncedOnce.Do(func() { close(p.synced) })
 	if len(c.services) > 0 || first {
 		p.log.Debug("synced", "services", len(c.services), "took", time.Since(start))
 	}

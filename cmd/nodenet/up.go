@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodenet/nodenet/cluster"
+	"github.com/nodenet/nodenet/daemonset"
 	"github.com/nodenet/nodenet/internal/periodic"
 	"github.com/nodenet/nodenet/node"
 )
@@ -144,13 +145,14 @@ func waitNodes(ctx context.Context, cs kubernetes.Interface, c *cluster.Cluster,
 	}
 	cluster.Stage(os.Stdout, "nodes Ready", time.Since(start), strings.Join(names, ", "))
 	start = time.Now()
-	if err := c.WaitDaemonsReady(ctx, 60*time.Second); err != nil {
+	ds, err := cluster.WaitDaemonSet(ctx, cs, cfg.Nodes, 120*time.Second)
+	if err != nil {
 		fmt.Printf("node daemons not ready: %v\n", err)
 		return err
 	}
-	what := "flanneld and the proxy ready on every node"
+	what := fmt.Sprintf("daemonset %s/%s: %d/%d pods ready (flanneld %s + proxy %s on every node)", ds.Namespace, ds.Name, ds.Status.NumberReady, ds.Status.DesiredNumberScheduled, cfg.Backend, cfg.ProxyMode)
 	if cfg.ProxyMode == cluster.ProxyModeNone {
-		what = "flanneld ready on every node (no proxy)"
+		what = fmt.Sprintf("daemonset %s/%s: %d/%d pods ready (flanneld %s on every node, no proxy)", ds.Namespace, ds.Name, ds.Status.NumberReady, ds.Status.DesiredNumberScheduled, cfg.Backend)
 	}
 	cluster.Stage(os.Stdout, "node daemons", time.Since(start), what)
 	return nil
@@ -239,6 +241,7 @@ func runAgent(ctx context.Context, args []string) error {
 	fs.Var(&binDirs, "cni-bin-dir", "CNI plugin directories (repeatable; default /opt/cni/bin)")
 	fs.StringVar(&o.CNICacheDir, "cni-cache-dir", "/var/lib/cni", "libcni cache directory")
 	fs.StringVar(&o.StateDir, "state-dir", "/var/lib/nodenet/agent", "per-pod state and container logs")
+	fs.StringVar(&o.CNIPlugin, "nodenet-cni", "", "the nodenet-cni binary a container command "+daemonset.NodenetCNIPath+" runs (default: nodenet-cni next to this binary)")
 	fs.StringVar(&o.HostRoot, "host-root", "/", "directory hostPath volumes are under (the local cluster gives each node one)")
 	fs.StringVar(&o.APIServer, "pod-api-server", "", "HOST:PORT pods get as KUBERNETES_SERVICE_HOST/PORT (default: the kubernetes Service's)")
 	fs.StringVar(&o.NetnsPrefix, "netns-prefix", "nn-pod-", "prefix of pod network namespace names")

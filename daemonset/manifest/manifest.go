@@ -57,6 +57,9 @@ func Defaults() Options {
 const (
 	Name          = "nodenet"
 	ConfigMapName = "nodenet-config"
+	// Containers of the DaemonSet's pods.
+	FlanneldContainer = "flanneld"
+	ProxyContainer    = "proxy"
 	// Ports the daemons' health endpoints listen on (host network).
 	FlanneldHealthPort = 8471
 	ProxyHealthPort    = 10256
@@ -289,7 +292,7 @@ func daemonSet(o Options, labels map[string]string) *appsv1.DaemonSet {
 					}},
 					Containers: []corev1.Container{
 						{
-							Name: "flanneld", Image: o.Image, ImagePullPolicy: corev1.PullIfNotPresent,
+							Name: FlanneldContainer, Image: o.Image, ImagePullPolicy: corev1.PullIfNotPresent,
 							Command: []string{daemonset.NodenetPath, "flanneld", "--kube-subnet-mgr", "--ip-masq",
 								"--net-config-path", netConfDir + "/" + KeyNetConf,
 								"--cni-conf-template", netConfDir + "/" + KeyCNIConf,
@@ -304,7 +307,7 @@ func daemonSet(o Options, labels map[string]string) *appsv1.DaemonSet {
 								mount("config", netConfDir, true), mount("xtables-lock", "/run/xtables.lock", false), mount("modules", "/lib/modules", true)},
 						},
 						{
-							Name: "proxy", Image: o.Image, ImagePullPolicy: corev1.PullIfNotPresent,
+							Name: ProxyContainer, Image: o.Image, ImagePullPolicy: corev1.PullIfNotPresent,
 							// $(VAR) is expanded by the kubelet from the
 							// ConfigMap-backed env below.
 							Command: []string{daemonset.NodenetPath, "proxy", "--proxy-mode=$(PROXY_MODE)", "--hostname-override=$(NODE_NAME)",

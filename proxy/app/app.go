@@ -113,8 +113,8 @@ func (m Modes) CleanupAll(ctx context.Context, keep string, families []proxy.Fam
 	return errors.Join(errs...)
 }
 
-// Run checks the mode, removes the other modes' state, builds one data plane
-// per family and runs the proxy until ctx ends. The data plane stays in
+// Run checks the mode, builds one data plane per family, removes the other
+// modes' state after the first sync and runs the proxy until ctx ends. The data plane stays in
 // place on return (a restart must not drop traffic).
 func Run(ctx context.Context, o Options, modes Modes, client kubernetes.Interface) error {
 	log := o.Core.Logger
@@ -127,10 +127,6 @@ func Run(ctx context.Context, o Options, modes Modes, client kubernetes.Interfac
 	}
 	if len(o.Families) == 0 {
 		o.Families = []proxy.Family{proxy.IPv4}
-	}
-	if err := modes.CleanupAll(ctx, o.Mode, o.Families, log); err != nil {
-		// Leftovers of another mode do not stop this one from working.
-		log.Warn("cleaning up other proxy modes", "err", err)
 	}
 	planes := map[proxy.Family]proxy.DataPlane{}
 	for _, f := range o.Families {
@@ -156,6 +152,23 @@ func Run(ctx context.Context, o Options, modes Modes, client kubernetes.Interfac
 		defer cancel()
 		for _, s := range servers {
 			_ = s.Shutdown(sctx)
+		}
+	}()
+	// The other modes' state goes once this mode holds every Service, not
+	// before: a mode switch (a rollout of the DaemonSet with another
+	// proxyMode) then never has a moment with no Service rules at all,
+	// and until then the old rules, which send to the same endpoints,
+	// keep answering. A new connection is NATed by whichever table's
+	// hook sees it first; established ones keep their conntrack entry.
+	go func() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.Synced():
+		}
+		if err := modes.CleanupAll(ctx, o.Mode, o.Families, log); err != nil {
+			// Leftovers of another mode do not stop this one from working.
+			log.Warn("cleaning up other proxy modes", "err", err)
 		}
 	}()
 	log.Info("proxy starting", "mode", o.Mode, "families", o.Families, "node", o.Core.NodeName)
