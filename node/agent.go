@@ -57,7 +57,7 @@ type Options struct {
 	// token, to check the API server's certificate (the CA the agent's
 	// kubeconfig trusts); empty: no ca.crt.
 	APIServerCA []byte
-	Logger   *slog.Logger
+	Logger      *slog.Logger
 }
 
 // Agent runs the pods bound to one node.
