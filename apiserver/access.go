@@ -3,9 +3,10 @@ package apiserver
 // ServiceAccounts and rbac.authorization.k8s.io/v1 Roles, ClusterRoles and
 // their bindings are stored and served as plain objects, so that manifests
 // that ship them (daemonset/nodenet.yaml does) apply unchanged with
-// kubectl. They grant nothing: the server's authorizer (allow-all, or an
-// embedder's Config.Authorizer; authz.go) does not read them, and service
-// account tokens are not issued.
+// kubectl. They bind service accounts only: a service account token
+// (serviceaccounts/<name>/token, tokens.go) gets what its bindings grant
+// (rbac.go), while the token file's users may do everything (authz.go),
+// unless an embedder's Config.Authorizer decides for all.
 
 import (
 	"strings"

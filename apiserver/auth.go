@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/nodenet/nodenet/apiserver/pki"
+	"github.com/nodenet/nodenet/apiserver/satoken"
 )
 
 // user is an authenticated caller.
@@ -21,6 +22,9 @@ type user struct {
 	Name   string
 	UID    string
 	Groups []string
+	// Extra is what kube-apiserver attaches to a service account token's
+	// user (pod name and UID, credential ID); SelfSubjectReview shows it.
+	Extra map[string][]string
 }
 
 // tokenAuth checks bearer tokens against a kube-style token file. What an
@@ -102,7 +106,16 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			return
 		}
 		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		u, found := s.auth.lookup(strings.TrimSpace(token))
+		token = strings.TrimSpace(token)
+		u, found := s.auth.lookup(token)
+		if ok && !found && satoken.LooksLikeJWT(token) {
+			var err error
+			if u, err = s.serviceAccountUser(token); err != nil {
+				// Why is worth a debug line: the client only sees 401.
+				s.log.Debug("service account token refused", "err", err)
+			}
+			found = err == nil
+		}
 		if !ok || !found {
 			s.fail(w, r, apierrors.NewUnauthorized("Unauthorized"))
 			return

@@ -36,9 +36,10 @@ type authzDecision struct {
 	reason  string
 }
 
-// allowAll is today's policy: the bundled server is a local, single-tenant
-// control plane, so every authenticated user may do everything (on real
-// clusters nodenet's components talk to a real kube-apiserver and its RBAC).
+// allowAll is the policy for the token file's users: the bundled server is
+// a local, single-tenant control plane, so they may do everything (on real
+// clusters nodenet's components talk to a real kube-apiserver and its
+// RBAC). Service accounts are held to RBAC instead (rbac.go).
 type allowAll struct{}
 
 const allowAllReason = "nodenet API server: every authenticated user may do everything"

@@ -37,6 +37,10 @@ func (s *Server) resourceList(gv schema.GroupVersion) *metav1.APIResourceList {
 			list.APIResources = append(list.APIResources, metav1.APIResource{Name: "pods/binding", Namespaced: true, Kind: "Binding", Verbs: metav1.Verbs{"create"}})
 			list.APIResources = append(list.APIResources, metav1.APIResource{Name: "pods/log", Namespaced: true, Kind: "Pod", Verbs: metav1.Verbs{"get"}})
 		}
+		if r.kind == "ServiceAccount" && gv == coreV1 {
+			list.APIResources = append(list.APIResources, metav1.APIResource{Name: "serviceaccounts/token", Namespaced: true,
+				Group: "authentication.k8s.io", Version: "v1", Kind: "TokenRequest", Verbs: metav1.Verbs{"create"}})
+		}
 	}
 	list.APIResources = append(list.APIResources, reviewResources(gv)...)
 	return list

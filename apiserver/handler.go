@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -49,6 +50,10 @@ func (s *Server) serveResource(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	switch {
+	case req.sub == "token" && r.Method == http.MethodPost:
+		s.createToken(w, r, req)
+	case req.sub == "token":
+		s.fail(w, r, apierrors.NewMethodNotSupported(schema.GroupResource{Resource: "serviceaccounts/token"}, r.Method))
 	case r.Method == http.MethodGet && isWatch:
 		s.watch(w, r, req)
 	case r.Method == http.MethodGet && req.name == "":

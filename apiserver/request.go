@@ -22,7 +22,7 @@ type apiRequest struct {
 	res       *resource
 	namespace string
 	name      string
-	sub       string // "", "status", "binding"
+	sub       string // "", "status", "binding", "token", a pod connect subresource
 	watchPath bool   // legacy /watch/ prefix
 }
 
@@ -65,7 +65,8 @@ func (s *Server) parsePath(path string) (*apiRequest, error) {
 	}
 	if len(parts) > 2 {
 		req.sub = parts[2]
-		ok := (req.sub == "status" && req.res.hasStatus) || (req.res.kind == "Pod" && req.res.gv == coreV1 && (req.sub == "binding" || podConnectSubs[req.sub]))
+		ok := (req.sub == "status" && req.res.hasStatus) || (req.res.kind == "Pod" && req.res.gv == coreV1 && (req.sub == "binding" || podConnectSubs[req.sub])) ||
+			(req.res.kind == "ServiceAccount" && req.res.gv == coreV1 && req.sub == "token")
 		if !ok {
 			return nil, errNoResource()
 		}

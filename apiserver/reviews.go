@@ -170,6 +170,12 @@ func answerSelfReview(s *Server, r *http.Request, obj runtime.Object) error {
 	u := requestUser(r)
 	ssr.CreationTimestamp = metav1.Now()
 	ssr.Status.UserInfo = authenticationv1.UserInfo{Username: u.Name, UID: u.UID, Groups: u.Groups}
+	for k, v := range u.Extra {
+		if ssr.Status.UserInfo.Extra == nil {
+			ssr.Status.UserInfo.Extra = map[string]authenticationv1.ExtraValue{}
+		}
+		ssr.Status.UserInfo.Extra[k] = v
+	}
 	return nil
 }
 

@@ -28,12 +28,14 @@ import (
 
 	"github.com/nodenet/nodenet/apiserver/allocator"
 	"github.com/nodenet/nodenet/apiserver/pki"
+	"github.com/nodenet/nodenet/apiserver/satoken"
 	"github.com/nodenet/nodenet/apiserver/storage"
 )
 
 // Config is everything the API server needs; cmd/nodenet fills it from flags.
 type Config struct {
-	// DataDir holds embedded etcd, certificates, tokens and the kubeconfig.
+	// DataDir holds embedded etcd, certificates, tokens, the service
+	// account signing key (pki/sa.key) and the kubeconfig.
 	DataDir string
 	// EtcdServers, when set, replaces embedded etcd with an external cluster.
 	EtcdServers []string
@@ -69,8 +71,9 @@ type Config struct {
 	BookmarkInterval time.Duration
 	Logger           *slog.Logger
 	// Authorizer, when set, decides every resource request and access
-	// review instead of the default (every authenticated user may do
-	// everything); tests use it to hold the DaemonSet's RBAC rules to
+	// review instead of the default (the token file's users may do
+	// everything, service accounts what the stored RBAC objects grant
+	// them); tests use it to hold the DaemonSet's RBAC rules to
 	// what the daemons really ask for.
 	Authorizer Authorizer
 	// DialNode opens connections to node agents (pods/log), like
@@ -162,6 +165,7 @@ type Server struct {
 	advertiseIP string // from advertiseIP(), without the port
 	metrics     *metrics
 	auth        *tokenAuth
+	saKey       *satoken.Key // signs and verifies service account tokens
 	authz       authorizer
 
 	etcd    *embed.Etcd
@@ -206,7 +210,8 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, advertiseIP: advertiseIP, log: cfg.Logger, services: svcAlloc, metrics: newMetrics(), authz: allowAll{}, done: make(chan struct{})}
+	s := &Server{cfg: cfg, advertiseIP: advertiseIP, log: cfg.Logger, services: svcAlloc, metrics: newMetrics(), done: make(chan struct{})}
+	s.authz = serviceAccountRBAC{s: s, others: allowAll{}}
 	if cfg.Authorizer != nil {
 		s.authz = custom{cfg.Authorizer}
 	}
@@ -422,6 +427,10 @@ func (s *Server) listen(ctx context.Context) error {
 		return err
 	}
 	s.auth = auth
+	if s.saKey, err = satoken.LoadOrCreate(filepath.Join(s.cfg.DataDir, "pki", "sa.key")); err != nil {
+		ln.Close()
+		return err
+	}
 	s.kubecfg = filepath.Join(s.cfg.DataDir, "admin.kubeconfig")
 	if adminToken != "" {
 		if err := pki.WriteFileAtomic(s.kubecfg, pki.Kubeconfig(s.url, caPEM, "admin", adminToken), 0o600); err != nil {

@@ -56,7 +56,11 @@ type Options struct {
 	KubeletPort    int
 	// ClientCA (PEM) authenticates the API server on the kubelet port.
 	ClientCA []byte
-	Logger   *slog.Logger
+	// APIServerCA (PEM) is the ca.crt pods get with their service account
+	// token, to check the API server's certificate (the CA the agent's
+	// kubeconfig trusts); empty: no ca.crt.
+	APIServerCA []byte
+	Logger      *slog.Logger
 }
 
 // Agent runs the pods bound to one node.

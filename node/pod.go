@@ -77,6 +77,11 @@ type podWorker struct {
 	// cannot be set up yet): the status's waiting reason and message.
 	waiting          map[string]*corev1.ContainerStateWaiting
 	volumesRefreshed time.Time
+	// tokenRefreshAt is when the service account token is renewed (zero:
+	// none written by this worker); tokenAdoptChecked is set once the
+	// worker has looked for a token an earlier agent wrote.
+	tokenRefreshAt    time.Time
+	tokenAdoptChecked bool
 }
 
 func newPodWorker(a *Agent, uid types.UID) *podWorker {
@@ -188,6 +193,7 @@ func (w *podWorker) sync(ctx context.Context, pod *corev1.Pod) bool {
 	}
 	w.checkContainers(ctx, pod)
 	w.refreshConfigMapVolumes(ctx, pod)
+	w.refreshServiceAccountToken(ctx, pod)
 	w.probe(ctx, pod)
 	w.post(ctx, pod, w.runningStatus(pod))
 	return false

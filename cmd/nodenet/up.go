@@ -273,6 +273,10 @@ func runAgent(ctx context.Context, args []string) error {
 	if o.ClientCA, err = agentClientCA(kubeconfig, *clientCA); err != nil {
 		return err
 	}
+	// Pods check the API server as the agent does: the kubeconfig's CA.
+	if o.APIServerCA, err = agentClientCA(kubeconfig, ""); err != nil {
+		return err
+	}
 	a, err := node.New(o)
 	if err != nil {
 		return err
