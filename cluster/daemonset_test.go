@@ -181,7 +181,11 @@ func proxyState(t *testing.T, netns string) (iptables, nftables bool) {
 	if err != nil {
 		t.Fatalf("iptables-save in %s: %v: %s", netns, err, out)
 	}
-	iptables = strings.Contains(string(out), ipt.Prefix)
+	for _, l := range strings.Split(string(out), "\n") {
+		if c, ok := strings.CutPrefix(l, ":"); ok && ipt.Owns(strings.Fields(c)[0]) {
+			iptables = true
+		}
+	}
 	out, err = exec.Command("ip", "netns", "exec", netns, "nft", "list", "tables").CombinedOutput()
 	if err != nil {
 		t.Fatalf("nft list tables in %s: %v: %s", netns, err, out)

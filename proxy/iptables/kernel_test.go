@@ -59,3 +59,43 @@ func TestKernelSwitchBackends(t *testing.T) {
 	nettest.RequirePrivileged(t)
 	proxytest.SwitchSuite(t, iptablesMode(ipt.NFT), iptablesMode(ipt.Legacy))
 }
+
+// TestKernelLeavesOtherDaemonsChains: flanneld's masquerade chain
+// (NODENET-FLANNEL-MASQ, hooked from POSTROUTING) shares the proxy's
+// "NODENET-" prefix; neither a full sync nor a clean-up may touch it.
+func TestKernelLeavesOtherDaemonsChains(t *testing.T) {
+	nettest.RequirePrivileged(t)
+	node := nettest.New(t)
+	r := kernelRunner(node, proxy.IPv4, ipt.NFT)
+	foreign := "*nat\n:NODENET-FLANNEL-MASQ - [0:0]\n-A NODENET-FLANNEL-MASQ -s 10.244.0.0/16 ! -d 10.244.0.0/16 -j MASQUERADE\n-A POSTROUTING -j NODENET-FLANNEL-MASQ\nCOMMIT\n"
+	if err := r.Restore(t.Context(), []byte(foreign)); err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		t.Helper()
+		out, err := r.Save(t.Context(), "nat")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"-A NODENET-FLANNEL-MASQ -s 10.244.0.0/16", "-A POSTROUTING -j NODENET-FLANNEL-MASQ"} {
+			if !strings.Contains(string(out), want) {
+				t.Fatalf("%s: %q is gone:\n%s", when, want, out)
+			}
+		}
+	}
+	dp := New(proxy.IPv4, r, testapi.Logger())
+	if _, err := dp.Sync(t.Context(), proxytest.Snapshot(proxy.IPv4, proxytest.GoldenServices(proxy.IPv4)...), proxytest.Full); err != nil {
+		t.Fatal(err)
+	}
+	check("after a full sync")
+	if err := dp.Cleanup(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	check("after the proxy's clean-up")
+	out, _ := r.Save(t.Context(), "nat")
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, ":") && Owns(strings.Fields(l[1:])[0]) {
+			t.Errorf("clean-up left the proxy's chain %s", l)
+		}
+	}
+}

@@ -116,12 +116,12 @@ func (p *Proxier) readExisting(ctx context.Context) (*existing, error) {
 		chains := map[string][]string{}
 		ex.chains[t] = chains
 		for chain, rules := range table {
-			if strings.HasPrefix(chain, Prefix) {
+			if Owns(chain) {
 				chains[chain] = rules
 				continue
 			}
 			for _, rule := range rules {
-				if strings.Contains(rule, "-j "+Prefix) {
+				if jumpsToOwned(rule) {
 					ex.hooks[t+"/"+chain+"/"+rule] = true
 				}
 			}

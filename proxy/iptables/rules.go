@@ -31,6 +31,36 @@ const (
 	prefixAffinity = "NODENET-AFF-" // recent lists, not chains
 )
 
+// Owns reports whether chain is one of the proxy's: its fixed chains and
+// the per-service ones. Prefix alone would also claim chains of other
+// nodenet daemons that share the node's tables (flanneld's
+// NODENET-FLANNEL-MASQ), and a full sync or a clean-up deletes every
+// chain it owns that it did not declare.
+func Owns(chain string) bool {
+	switch chain {
+	case chainServices, chainNodePorts, chainMarkMasq, chainPostrouting, chainFirewall, chainForward:
+		return true
+	}
+	for _, p := range []string{prefixSVC, prefixSVL, prefixEXT, prefixFW} {
+		if strings.HasPrefix(chain, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// jumpsToOwned reports whether a rule of a built-in chain jumps (or goes)
+// to one of the proxy's chains.
+func jumpsToOwned(rule string) bool {
+	f := strings.Fields(rule)
+	for i := 0; i+1 < len(f); i++ {
+		if (f[i] == "-j" || f[i] == "-g") && Owns(f[i+1]) {
+			return true
+		}
+	}
+	return false
+}
+
 const (
 	tableNAT    = "nat"
 	tableFilter = "filter"
