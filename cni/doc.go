@@ -17,7 +17,8 @@
 // rolls back everything it did on failure; DEL is idempotent and needs no
 // subnet.env; CHECK compares the kernel and the store with prevResult; GC
 // removes whatever belongs to attachments the runtime no longer knows;
-// STATUS reports whether ADD can work. Failures are *protocol.Error values
+// STATUS reports whether ADD can work. Cleanup (`nodenet cleanup`) removes
+// what the plugin left on a node when nodenet is uninstalled. Failures are *protocol.Error values
 // carrying the spec's error code.
 //
 // The package is the plugin's logic, in three layers:

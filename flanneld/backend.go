@@ -50,10 +50,12 @@ type routeSync struct {
 	networks []netip.Prefix
 }
 
-func (s *routeSync) apply(ctx context.Context, want []wantRoute) error {
+// owned lists the routes this sync considers its own: our protocol, inside
+// a cluster network. It is also all that Cleanup removes.
+func (s *routeSync) owned(ctx context.Context) ([]routes.Route, error) {
 	cur, err := s.table.List(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ours := cur[:0]
 	for _, r := range cur {
@@ -63,6 +65,16 @@ func (s *routeSync) apply(ctx context.Context, want []wantRoute) error {
 				break
 			}
 		}
+	}
+	return ours, nil
+}
+
+// apply converges the owned routes to want; apply(ctx, nil) removes them
+// all.
+func (s *routeSync) apply(ctx context.Context, want []wantRoute) error {
+	ours, err := s.owned(ctx)
+	if err != nil {
+		return err
 	}
 	desired := make([]routes.Route, len(want))
 	onLink := map[netip.Prefix]bool{}

@@ -373,7 +373,7 @@ func chooseMasquerader(ctx context.Context, ipMasq bool, backend string, ipt, nf
 		chosen, stale = ipt, []masquerader{nft}
 	}
 	for _, s := range stale {
-		if err := s.Cleanup(ctx); err != nil {
+		if _, err := s.Cleanup(ctx); err != nil {
 			log.Debug("clean up unused masquerade backend", "err", err)
 		}
 	}

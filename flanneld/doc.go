@@ -27,6 +27,12 @@
 //     only once the backend is up, so the CNI plugin never sees a conflist
 //     without its subnet.env.
 //
+// Cleanup (cleanup_linux.go, `nodenet flanneld --cleanup`) is the
+// uninstall path: it removes what a daemon put on its node, recognising it
+// by the marks the daemon itself goes by (route protocol inside the
+// cluster networks, the vxlan device names, our chains and tables), and
+// reuses the route sync and the masqueraders' own Cleanup to do it.
+//
 // Everything kernel-side goes through a Netns (netns_linux.go): "" is the
 // daemon's own namespace (the DaemonSet), a name or path runs the same code
 // against a node namespace of a local cluster or a test.

@@ -63,8 +63,9 @@ func masqFamilies(cfg *Config, own Lease) []masqFamily {
 type masquerader interface {
 	// Sync makes the rules right, writing only when they are not.
 	Sync(ctx context.Context) (changed bool, err error)
-	// Cleanup removes everything this backend ever installed.
-	Cleanup(ctx context.Context) error
+	// Cleanup removes everything this backend ever installed and says
+	// what that was (nothing: nil).
+	Cleanup(ctx context.Context) (removed []string, err error)
 }
 
 // iptablesRules returns the rules of our two chains (NODENET-FLANNEL-MASQ

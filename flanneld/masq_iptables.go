@@ -2,6 +2,7 @@ package flanneld
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -16,7 +17,30 @@ type openIPTables func(ctx context.Context, family iptables.Family) (iptables.Ru
 // way the proxy and the CNI plugin do (internal/iptables.Detect), so all
 // three program the backend that already holds the node's rules.
 func detectIPTables(ns Netns, log *slog.Logger) openIPTables {
-	exec := func(ctx context.Context, stdin []byte, argv ...string) (stdout, stderr []byte, err error) {
+	exec := nsExec(ns)
+	return func(ctx context.Context, family iptables.Family) (iptables.Runner, error) {
+		r, err := iptables.Open(ctx, exec, family)
+		if err != nil {
+			return nil, err
+		}
+		log.Info("iptables backend", "family", family, "backend", r.Backend(), "netns", ns)
+		return r, nil
+	}
+}
+
+// fixedIPTables opens runners of one backend in ns, without detection:
+// a cleanup visits both backends, because rules written through one are
+// invisible to the other.
+func fixedIPTables(ns Netns, backend iptables.Backend) openIPTables {
+	exec := nsExec(ns)
+	return func(_ context.Context, family iptables.Family) (iptables.Runner, error) {
+		return iptables.New(exec, family, backend), nil
+	}
+}
+
+// nsExec runs the iptables tools inside ns.
+func nsExec(ns Netns) iptables.Exec {
+	return func(ctx context.Context, stdin []byte, argv ...string) (stdout, stderr []byte, err error) {
 		// Do forks from a thread inside ns, which puts the child there.
 		nsErr := ns.Do(func() error {
 			stdout, stderr, err = iptables.Direct(ctx, stdin, argv...)
@@ -26,14 +50,6 @@ func detectIPTables(ns Netns, log *slog.Logger) openIPTables {
 			return nil, nil, nsErr
 		}
 		return stdout, stderr, err
-	}
-	return func(ctx context.Context, family iptables.Family) (iptables.Runner, error) {
-		r, err := iptables.Open(ctx, exec, family)
-		if err != nil {
-			return nil, err
-		}
-		log.Info("iptables backend", "family", family, "backend", r.Backend(), "netns", ns)
-		return r, nil
 	}
 }
 
@@ -156,37 +172,59 @@ func writeChain(b *iptables.Batch, table, chain, hook, comment string, rules, ju
 	}
 }
 
-// Cleanup removes the jumps and our chains, in every family.
-func (m *iptablesMasq) Cleanup(ctx context.Context) error {
+// Cleanup removes the jumps and our chains, in every family. A family
+// whose tools are not installed holds nothing we could have written; the
+// other family is cleaned even when one fails.
+func (m *iptablesMasq) Cleanup(ctx context.Context) ([]string, error) {
+	var removed []string
+	var errs []error
 	for _, fam := range []iptables.Family{iptables.IPv4, iptables.IPv6} {
-		r, err := m.runner(ctx, fam)
-		if err != nil {
-			return err
-		}
-		st, err := readMasqState(ctx, r)
-		if err != nil {
-			return err
-		}
-		b := iptables.NewBatch()
-		for _, j := range st.natJumps {
-			b.Delete("nat", "POSTROUTING", j)
-		}
-		for _, j := range st.fwdJumps {
-			b.Delete("filter", "FORWARD", j)
-		}
-		if st.natChain {
-			b.DeleteChain("nat", chainMasq)
-		}
-		if st.fwdChain {
-			b.DeleteChain("filter", chainFwd)
-		}
-		if b.Empty() {
+		what, err := m.cleanupFamily(ctx, fam)
+		if errors.Is(err, iptables.ErrNotInstalled) {
 			continue
 		}
-		if err := r.Restore(ctx, b.Bytes()); err != nil {
-			return fmt.Errorf("remove %s masquerade rules: %w", fam, err)
+		if err != nil {
+			errs = append(errs, err)
 		}
-		delete(m.last, fam)
+		removed = append(removed, what...)
 	}
-	return nil
+	return removed, errors.Join(errs...)
+}
+
+func (m *iptablesMasq) cleanupFamily(ctx context.Context, fam iptables.Family) ([]string, error) {
+	r, err := m.runner(ctx, fam)
+	if err != nil {
+		return nil, err
+	}
+	st, err := readMasqState(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	b := iptables.NewBatch()
+	for _, j := range st.natJumps {
+		b.Delete("nat", "POSTROUTING", j)
+	}
+	for _, j := range st.fwdJumps {
+		b.Delete("filter", "FORWARD", j)
+	}
+	if n := len(st.natJumps) + len(st.fwdJumps); n > 0 {
+		removed = append(removed, fmt.Sprintf("%s %d jump(s) to our chains", fam, n))
+	}
+	if st.natChain {
+		b.DeleteChain("nat", chainMasq)
+		removed = append(removed, fmt.Sprintf("%s chain nat %s", fam, chainMasq))
+	}
+	if st.fwdChain {
+		b.DeleteChain("filter", chainFwd)
+		removed = append(removed, fmt.Sprintf("%s chain filter %s", fam, chainFwd))
+	}
+	if b.Empty() {
+		return nil, nil
+	}
+	if err := r.Restore(ctx, b.Bytes()); err != nil {
+		return nil, fmt.Errorf("remove %s masquerade rules: %w", fam, err)
+	}
+	delete(m.last, fam)
+	return removed, nil
 }

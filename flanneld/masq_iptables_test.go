@@ -182,14 +182,19 @@ func TestMasqIPTablesCleanup(t *testing.T) {
 	mustSync(t, t.Context(), newIPTablesMasq(ft.open, []masqFamily{masqV4, masqV6}), true)
 	ft.restore(t, iptables.IPv6, "*nat\n:KUBE-POSTROUTING - [0:0]\n-A POSTROUTING -j KUBE-POSTROUTING\nCOMMIT\n")
 	m := newIPTablesMasq(ft.open, []masqFamily{masqV4})
-	if err := m.Cleanup(t.Context()); err != nil {
+	removed, err := m.Cleanup(t.Context())
+	if err != nil {
 		t.Fatal(err)
+	}
+	// Both families: the chains and the jumps of each.
+	if len(removed) != 6 {
+		t.Errorf("reported %q, want 3 entries per family", removed)
 	}
 	checkDump(t, ft, iptables.IPv4, emptyDump)
 	checkDump(t, ft, iptables.IPv6, strings.Replace(emptyDump, ":POSTROUTING ACCEPT [0:0]\n", ":POSTROUTING ACCEPT [0:0]\n:KUBE-POSTROUTING - [0:0]\n-A POSTROUTING -j KUBE-POSTROUTING\n", 1))
 	before := ft.restores()
-	if err := m.Cleanup(t.Context()); err != nil || ft.restores() != before {
-		t.Errorf("second cleanup: %v, %d restores", err, ft.restores()-before)
+	if removed, err := m.Cleanup(t.Context()); err != nil || ft.restores() != before || len(removed) != 0 {
+		t.Errorf("second cleanup: %v, %d restores, reported %q", err, ft.restores()-before, removed)
 	}
 }
 
@@ -211,7 +216,10 @@ func TestMasqIPTablesOpenFails(t *testing.T) {
 type recordingMasq struct{ cleaned bool }
 
 func (r *recordingMasq) Sync(context.Context) (bool, error) { return false, nil }
-func (r *recordingMasq) Cleanup(context.Context) error      { r.cleaned = true; return nil }
+func (r *recordingMasq) Cleanup(context.Context) ([]string, error) {
+	r.cleaned = true
+	return nil, nil
+}
 
 // TestChooseMasquerader: --ip-masq off removes the rules of both backends;
 // on, the chosen backend is returned and the other one's rules removed.

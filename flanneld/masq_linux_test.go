@@ -65,7 +65,7 @@ func TestMasqIPTables(t *testing.T) {
 		t.Fatal("deleted rule not restored")
 	}
 
-	if err := m2.Cleanup(ctx); err != nil {
+	if _, err := m2.Cleanup(ctx); err != nil {
 		t.Fatal(err)
 	}
 	all := string(ns.MustExec(t, "iptables-save"))
@@ -93,7 +93,7 @@ func TestMasqIPTablesFollowsLegacy(t *testing.T) {
 			t.Errorf("%s-nft got rules too:\n%s", tool, nft)
 		}
 	}
-	if err := m.Cleanup(t.Context()); err != nil {
+	if _, err := m.Cleanup(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	if legacy := string(ns.MustExec(t, "iptables-legacy-save")); strings.Contains(legacy, "NODENET-FLANNEL") {
@@ -157,10 +157,10 @@ func TestMasqNFTables(t *testing.T) {
 	}
 	// Switching backends: the iptables side cleans nothing it does not
 	// own, and nft Cleanup removes both tables.
-	if err := newIPTablesMasq(detectIPTables(Netns(ns.Name()), testapi.Logger()), testMasqFamilies).Cleanup(ctx); err != nil {
+	if _, err := newIPTablesMasq(detectIPTables(Netns(ns.Name()), testapi.Logger()), testMasqFamilies).Cleanup(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Cleanup(ctx); err != nil {
+	if _, err := m.Cleanup(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if rs := string(ns.MustExec(t, "nft", "list", "ruleset")); strings.Contains(rs, nftTable) {

@@ -52,16 +52,18 @@ func (m *nftMasq) Sync(ctx context.Context) (bool, error) {
 	return changed, nil
 }
 
-func (m *nftMasq) Cleanup(ctx context.Context) error {
+func (m *nftMasq) Cleanup(ctx context.Context) ([]string, error) {
+	var removed []string
 	for _, is4 := range []bool{true, false} {
 		if m.list(ctx, is4) == "" {
 			continue
 		}
 		script := fmt.Sprintf("delete table %s %s\n", nftFamily(is4), nftTable)
 		if _, err := m.ns.Run(ctx, []byte(script), "nft", "-f", "-"); err != nil && !strings.Contains(err.Error(), "No such file") {
-			return fmt.Errorf("remove masquerade table: %w", err)
+			return removed, fmt.Errorf("remove masquerade table: %w", err)
 		}
 		delete(m.last, is4)
+		removed = append(removed, fmt.Sprintf("nftables table %s %s", nftFamily(is4), nftTable))
 	}
-	return nil
+	return removed, nil
 }

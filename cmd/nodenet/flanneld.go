@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nodenet/nodenet/daemonset/manifest"
 	"github.com/nodenet/nodenet/flanneld"
 	"github.com/nodenet/nodenet/subnetenv"
 )
@@ -31,6 +32,7 @@ func runFlanneld(ctx context.Context, args []string) error {
 		healthzIP, cniTemplatePath       string
 		healthzPort, metricsPort         int
 		netns                            string
+		cleanup                          bool
 		logs                             logFlags
 	)
 	fs.BoolVar(&kubeSubnetMgr, "kube-subnet-mgr", false, "take the node subnet from node.spec.podCIDRs (kube subnet manager)")
@@ -49,7 +51,7 @@ func runFlanneld(ctx context.Context, args []string) error {
 	fs.StringVar(&o.MasqBackend, "masq-backend", "", "iptables or nftables (default: nftables if net-conf.json has EnableNFTables, else iptables)")
 	fs.DurationVar(&o.IPTablesResync, "iptables-resync", 5*time.Second, "how often the masquerade rules are checked and repaired")
 	fs.StringVar(&o.SubnetFile, "subnet-file", subnetenv.DefaultPath, "where to write subnet.env")
-	fs.StringVar(&o.NetConfPath, "net-config-path", "/etc/kube-flannel/net-conf.json", "net-conf.json")
+	fs.StringVar(&o.NetConfPath, "net-config-path", manifest.NetConfPath, "net-conf.json")
 	fs.StringVar(&o.InstallCNIConf, "install-cni-conf", "", "write the CNI conflist here (e.g. /etc/cni/net.d/10-nodenet.conflist) once subnet.env exists")
 	fs.StringVar(&cniTemplatePath, "cni-conf-template", "", "text/template file for the conflist (default: nodenet CNI plugin + portmap)")
 	fs.BoolVar(&o.SetNodeNetworkUnavailable, "set-node-network-unavailable", true, "set the NodeNetworkUnavailable condition to False once the network is up")
@@ -60,12 +62,21 @@ func runFlanneld(ctx context.Context, args []string) error {
 	fs.DurationVar(&o.MinSyncPeriod, "min-sync-period", 100*time.Millisecond, "at most one reconcile per this period when nodes change")
 	fs.StringVar(&o.VXLANTxChecksumOffload, "vxlan-tx-checksum-offload", "", "TX checksum offload on the vxlan devices: auto (on unless a start-up self-test shows this kernel corrupts NATed VXLAN checksums), on, off (default: net-conf.json's Backend.TxChecksumOffload, else auto)")
 	fs.StringVar(&netns, "netns", "", "network namespace to program (name or path; default: our own)")
+	fs.BoolVar(&cleanup, "cleanup", false, "remove what flanneld put on this node (routes, vxlan devices, masquerade rules, --subnet-file, --install-cni-conf) and exit")
 	logs.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %v", fs.Args())
+	}
+	if cleanup {
+		log, err := logs.logger("flanneld")
+		if err != nil {
+			return err
+		}
+		return runFlanneldCleanup(ctx, flanneld.CleanupOptions{Netns: flanneld.Netns(netns), NetConfPath: o.NetConfPath,
+			SubnetFile: o.SubnetFile, InstallCNIConf: o.InstallCNIConf, Logger: log})
 	}
 	if kubeSubnetMgr == o.SubnetLease {
 		return errors.New("choose exactly one of --kube-subnet-mgr and --subnet-lease")

@@ -33,6 +33,7 @@ func subcommands() map[string]subcommand {
 		"logshim":            {"runs one pod container, writing its output as CRI log lines (started by the agent)", runLogShim},
 		"manifest":           {"prints daemonset/nodenet.yaml (the DaemonSet manifest) for the given options", runManifest},
 		"install-cni":        {"copies the CNI plugin into the host's CNI bin directory (the DaemonSet's init container)", runInstallCNI},
+		"cleanup":            {"removes everything nodenet put on this node: flanneld's and the CNI plugin's state, every proxy mode's rules", runCleanup},
 	}
 }
 

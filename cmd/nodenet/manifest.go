@@ -15,7 +15,7 @@ import (
 )
 
 // runManifest is `nodenet manifest`: daemonset/nodenet.yaml for the given
-// options on stdout.
+// options on stdout, or with --cleanup its uninstall counterpart.
 func runManifest(_ context.Context, args []string) error {
 	fs := flag.NewFlagSet("manifest", flag.ContinueOnError)
 	o := manifest.Defaults()
@@ -25,15 +25,23 @@ func runManifest(_ context.Context, args []string) error {
 	fs.Var(&nodePortFlag{dst: &o.NodePortAddresses}, "nodeport-addresses", `CIDRs whose local addresses accept NodePorts, or "primary"; default all`)
 	fs.StringVar(&o.Image, "image", o.Image, "the nodenet image (make image builds it)")
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "namespace of the DaemonSet, its ServiceAccount and ConfigMap")
+	cleanup := fs.Bool("cleanup", false, "print the uninstall manifest instead: a DaemonSet running `nodenet cleanup` on every node (apply it after deleting nodenet.yaml)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %v", fs.Args())
 	}
 	// A DaemonSet whose proxy cannot start is no use: only the modes
 	// this build carries (the manifest package knows every defined one).
 	if err := proxyModes(slog.New(slog.DiscardHandler)).Check(o.ProxyMode); err != nil {
 		return err
 	}
-	out, err := manifest.Render(o)
+	render := manifest.Render
+	if *cleanup {
+		render = manifest.RenderCleanup
+	}
+	out, err := render(o)
 	if err != nil {
 		return err
 	}

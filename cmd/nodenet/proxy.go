@@ -88,7 +88,7 @@ func proxyModes(log *slog.Logger) app.Modes {
 			},
 			Cleanup: func(ctx context.Context, f proxy.Family) error {
 				var errs []error
-				for _, b := range []ipt.Backend{ipt.NFT, ipt.Legacy} {
+				for _, b := range ipt.Backends {
 					if err := iptables.New(f, ipt.New(ipt.Direct, ipt.Family(f), b), log).Cleanup(ctx); err != nil {
 						errs = append(errs, err)
 					}

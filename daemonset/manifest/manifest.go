@@ -64,7 +64,10 @@ const (
 	FlanneldHealthPort = 8471
 	ProxyHealthPort    = 10256
 	netConfDir         = "/etc/kube-flannel"
-	cniConfDest        = "/etc/cni/net.d/10-nodenet.conflist"
+	// Host paths the pods write; `nodenet cleanup` defaults to them.
+	NetConfPath = netConfDir + "/" + KeyNetConf
+	CNIConfPath = "/etc/cni/net.d/10-nodenet.conflist"
+	CNIBinDir   = "/opt/cni/bin"
 )
 
 // ConfigMap keys.
@@ -127,9 +130,14 @@ func Render(o Options) ([]byte, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
+	return render(header, Objects(o))
+}
+
+// render writes objs as YAML documents after header.
+func render(header string, objs []runtime.Object) ([]byte, error) {
 	var buf bytes.Buffer
 	buf.WriteString(header)
-	for i, obj := range Objects(o) {
+	for i, obj := range objs {
 		b, err := marshal(obj)
 		if err != nil {
 			return nil, fmt.Errorf("render %T: %w", obj, err)
@@ -194,10 +202,7 @@ func Objects(o Options) []runtime.Object {
 	}
 	labels := map[string]string{"app.kubernetes.io/name": Name}
 	return []runtime.Object{
-		&corev1.Namespace{TypeMeta: typeMeta("v1", "Namespace"), ObjectMeta: metav1.ObjectMeta{Name: o.Namespace, Labels: map[string]string{
-			// The daemons run privileged: the namespace must admit them.
-			"pod-security.kubernetes.io/enforce": "privileged",
-		}}},
+		namespace(o),
 		&corev1.ServiceAccount{TypeMeta: typeMeta("v1", "ServiceAccount"), ObjectMeta: metav1.ObjectMeta{Name: Name, Namespace: o.Namespace, Labels: labels}},
 		&rbacv1.ClusterRole{TypeMeta: typeMeta("rbac.authorization.k8s.io/v1", "ClusterRole"), ObjectMeta: metav1.ObjectMeta{Name: Name, Labels: labels}, Rules: Rules()},
 		&rbacv1.ClusterRoleBinding{TypeMeta: typeMeta("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"), ObjectMeta: metav1.ObjectMeta{Name: Name, Labels: labels},
@@ -213,6 +218,21 @@ func Objects(o Options) []runtime.Object {
 			}},
 		daemonSet(o, labels),
 	}
+}
+
+func namespace(o Options) *corev1.Namespace {
+	return &corev1.Namespace{TypeMeta: typeMeta("v1", "Namespace"), ObjectMeta: metav1.ObjectMeta{Name: o.Namespace, Labels: map[string]string{
+		// The daemons run privileged: the namespace must admit them.
+		"pod-security.kubernetes.io/enforce": "privileged",
+	}}}
+}
+
+func hostPath(name, path string, t corev1.HostPathType) corev1.Volume {
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path, Type: &t}}}
+}
+
+func mount(name, path string, ro bool) corev1.VolumeMount {
+	return corev1.VolumeMount{Name: name, MountPath: path, ReadOnly: ro}
 }
 
 func typeMeta(apiVersion, kind string) metav1.TypeMeta {
@@ -238,12 +258,6 @@ func Rules() []rbacv1.PolicyRule {
 }
 
 func daemonSet(o Options, labels map[string]string) *appsv1.DaemonSet {
-	hostPath := func(name, path string, t corev1.HostPathType) corev1.Volume {
-		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: path, Type: &t}}}
-	}
-	mount := func(name, path string, ro bool) corev1.VolumeMount {
-		return corev1.VolumeMount{Name: name, MountPath: path, ReadOnly: ro}
-	}
 	privileged := true
 	maxUnavailable := intstr.FromInt32(1)
 	env := []corev1.EnvVar{
@@ -285,8 +299,8 @@ func daemonSet(o Options, labels map[string]string) *appsv1.DaemonSet {
 					Tolerations:        []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 					InitContainers: []corev1.Container{{
 						Name: "install-cni", Image: o.Image, ImagePullPolicy: corev1.PullIfNotPresent,
-						Command:         []string{daemonset.NodenetPath, "install-cni", "--source", daemonset.NodenetCNIPath, "--cni-bin-dir", "/opt/cni/bin", "--names", "nodenet,flannel"},
-						VolumeMounts:    []corev1.VolumeMount{mount("cni-bin", "/opt/cni/bin", false)},
+						Command:         []string{daemonset.NodenetPath, "install-cni", "--source", daemonset.NodenetCNIPath, "--cni-bin-dir", CNIBinDir, "--names", "nodenet,flannel"},
+						VolumeMounts:    []corev1.VolumeMount{mount("cni-bin", CNIBinDir, false)},
 						Resources:       requests("10m", "16Mi"),
 						SecurityContext: sc,
 					}},
@@ -296,7 +310,7 @@ func daemonSet(o Options, labels map[string]string) *appsv1.DaemonSet {
 							Command: []string{daemonset.NodenetPath, "flanneld", "--kube-subnet-mgr", "--ip-masq",
 								"--net-config-path", netConfDir + "/" + KeyNetConf,
 								"--cni-conf-template", netConfDir + "/" + KeyCNIConf,
-								"--install-cni-conf", cniConfDest,
+								"--install-cni-conf", CNIConfPath,
 								"--healthz-ip", "127.0.0.1", fmt.Sprintf("--healthz-port=%d", FlanneldHealthPort)},
 							Env:             env,
 							Resources:       requests("100m", "50Mi"),
@@ -326,7 +340,7 @@ func daemonSet(o Options, labels map[string]string) *appsv1.DaemonSet {
 					Volumes: []corev1.Volume{
 						hostPath("run-flannel", "/run/flannel", corev1.HostPathDirectoryOrCreate),
 						hostPath("cni-conf", "/etc/cni/net.d", corev1.HostPathDirectoryOrCreate),
-						hostPath("cni-bin", "/opt/cni/bin", corev1.HostPathDirectoryOrCreate),
+						hostPath("cni-bin", CNIBinDir, corev1.HostPathDirectoryOrCreate),
 						hostPath("xtables-lock", "/run/xtables.lock", corev1.HostPathFileOrCreate),
 						hostPath("modules", "/lib/modules", corev1.HostPathDirectoryOrCreate),
 						hostPath("bpffs", "/sys/fs/bpf", corev1.HostPathDirectoryOrCreate),

@@ -53,6 +53,10 @@ const (
 	Legacy Backend = "legacy"
 )
 
+// Backends are both implementations. A cleanup visits each: rules written
+// through one are invisible to the other.
+var Backends = []Backend{NFT, Legacy}
+
 // lockWait is how long a command waits for the xtables lock (only the
 // legacy backend takes it), kube-proxy's value: long enough for another
 // program's restore, short enough that a stuck holder is reported as
