@@ -266,3 +266,27 @@ func TestServiceAccountTokenTamperedExpiredAndRestart(t *testing.T) {
 		t.Errorf("token after a restart: %+v, %v", u, err)
 	}
 }
+
+// TestKubectlCreateToken: `kubectl create token` gets a token that
+// `kubectl auth whoami` (1.28+) and `auth can-i` answer for as the
+// service account.
+func TestKubectlCreateToken(t *testing.T) {
+	bins := kubectlBinaries(t)
+	ts := startServer(t)
+	ts.createSA(t, "default", "robot")
+	for _, v := range kubectlVersions {
+		k := newKubectl(t, bins[v], ts.KubeconfigPath())
+		t.Run("v"+v, func(t *testing.T) {
+			token := strings.TrimSpace(k.ok(t, "create", "token", "robot", "--duration", "20m"))
+			if !satoken.LooksLikeJWT(token) {
+				t.Fatalf("kubectl create token printed %q", token)
+			}
+			if v != "1.27" {
+				out := k.ok(t, "auth", "whoami", "--token", token)
+				wantContains(t, "kubectl auth whoami", out, "system:serviceaccount:default:robot", "system:serviceaccounts:default")
+			}
+			out := k.fails(t, "auth", "can-i", "list", "nodes", "--token", token)
+			wantContains(t, "kubectl auth can-i list nodes", out, "no")
+		})
+	}
+}

@@ -14,7 +14,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodenet/nodenet/daemonset/manifest"
@@ -25,7 +24,8 @@ import (
 // The proof the local cluster can run its node daemons as the DaemonSet:
 // the pod template of daemonset/manifest, unchanged, run on a node by the
 // agent — install-cni puts nodenet-cni into the node's /opt/cni/bin,
-// flanneld (in-cluster config from the service account) writes the
+// flanneld (in-cluster config from the service account token the agent
+// mounts, held to the manifest's ClusterRole) writes the
 // conflist into the node's /etc/cni/net.d, and flanneld's and the
 // proxy's health endpoints answer.
 func TestDaemonSetPodRunsOnTheAgent(t *testing.T) {
@@ -59,55 +59,17 @@ func TestDaemonSetPodRunsOnTheAgent(t *testing.T) {
 		default:
 			t.Fatalf("manifest object %T not handled by the test", obj)
 		}
-		switch {
-		case apierrors.IsNotFound(err):
-			// A kind this API server does not serve (yet): the pod needs
-			// only the token below, not the object.
-			t.Logf("create %T: %v", obj, err)
-		case err != nil && !apierrors.IsAlreadyExists(err):
+		if err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatalf("create %T: %v", obj, err)
 		}
 	}
-	// The service account's credentials, as the ServiceAccount admission
-	// plugin adds them to a pod (a kube-api-access volume mounted in every
-	// container): this API server serves neither Secrets nor TokenRequest,
-	// so a hostPath holds a token it accepts.
-	kc, err := clientcmd.LoadFromFile(n.kubeconf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cur := kc.Contexts[kc.CurrentContext]
-	token, ca := kc.AuthInfos[cur.AuthInfo].Token, kc.Clusters[cur.Cluster].CertificateAuthorityData
-	if len(ca) == 0 && kc.Clusters[cur.Cluster].CertificateAuthority != "" {
-		if ca, err = os.ReadFile(kc.Clusters[cur.Cluster].CertificateAuthority); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if token == "" || len(ca) == 0 {
-		t.Fatalf("agent kubeconfig has no token or CA")
-	}
-	saDir := "/var/lib/test-kube-api-access"
-	for name, b := range map[string][]byte{"token": []byte(token), "ca.crt": ca, "namespace": []byte(o.Namespace)} {
-		if err := os.MkdirAll(filepath.Join(n.hostRoot, saDir), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(n.hostRoot, saDir, name), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-
+	// The pod as the DaemonSet controller makes it; its service account
+	// token comes from the agent (TokenRequest), and flanneld and the
+	// proxy are held to the manifest's ClusterRole by the API server's
+	// RBAC for service accounts.
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "nodenet-" + n.name, Namespace: o.Namespace, Labels: ds.Spec.Template.Labels},
 		Spec: *ds.Spec.Template.Spec.DeepCopy()}
 	pod.Spec.NodeName = n.name
-	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: "kube-api-access", VolumeSource: corev1.VolumeSource{
-		HostPath: &corev1.HostPathVolumeSource{Path: saDir, Type: ptr.To(corev1.HostPathDirectory)}}})
-	sa := corev1.VolumeMount{Name: "kube-api-access", MountPath: saMountPath, ReadOnly: true}
-	for i := range pod.Spec.InitContainers {
-		pod.Spec.InitContainers[i].VolumeMounts = append(pod.Spec.InitContainers[i].VolumeMounts, sa)
-	}
-	for i := range pod.Spec.Containers {
-		pod.Spec.Containers[i].VolumeMounts = append(pod.Spec.Containers[i].VolumeMounts, sa)
-	}
 	if _, err := n.client.CoreV1().Pods(o.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -55,9 +55,12 @@
 // In-cluster config, which the DaemonSet's daemons use: containers get
 // KUBERNETES_SERVICE_HOST/PORT (Options.APIServer, else the kubernetes
 // Service's), and unless automountServiceAccountToken is false, the
-// service account's legacy token Secret (token, ca.crt, namespace) at
-// /var/run/secrets/kubernetes.io/serviceaccount; with no such Secret (or
-// an API server that serves none) nothing is mounted.
+// service account's credentials at
+// /var/run/secrets/kubernetes.io/serviceaccount: a TokenRequest token
+// bound to the pod, renewed at 80% of its lifetime (written by rename, so
+// readers never see half a token), ca.crt from Options.APIServerCA and
+// the namespace. When the API server has no TokenRequest or the account
+// does not exist, nothing is mounted.
 // Deletion is graceful: SIGTERM, the grace period, SIGKILL, CNI DEL,
 // namespace removal, then the pod is deleted with grace 0.
 //

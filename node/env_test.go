@@ -7,10 +7,15 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/utils/ptr"
 )
 
@@ -93,13 +98,27 @@ func TestContainerEnvDownwardAPIAndConfigMap(t *testing.T) {
 }
 
 func TestServiceAccountCredentialsAndAPIServerEnv(t *testing.T) {
-	token := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "nodenet-token",
-		Annotations: map[string]string{corev1.ServiceAccountNameKey: "nodenet"}}, Type: corev1.SecretTypeServiceAccountToken,
-		Data: map[string][]byte{corev1.ServiceAccountTokenKey: []byte("tok"), corev1.ServiceAccountRootCAKey: []byte("ca")}}
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "kubernetes"},
 		Spec: corev1.ServiceSpec{ClusterIP: "10.96.0.1", Ports: []corev1.ServicePort{{Port: 443}}}}
 	a, _ := offlineAgent(t)
-	a.o.Client = fake.NewClientset(token, svc)
+	a.o.APIServerCA = []byte("ca")
+	client := fake.NewClientset(svc)
+	// Account "nodenet" gets a token; any other is a 404, as a missing
+	// account or an API server without TokenRequest answers.
+	var asked *authenticationv1.TokenRequest
+	client.PrependReactor("create", "serviceaccounts", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		ca, ok := action.(k8stesting.CreateActionImpl)
+		if !ok || action.GetSubresource() != "token" {
+			return false, nil, nil
+		}
+		if ca.Name != "nodenet" {
+			return true, nil, apierrors.NewNotFound(corev1.Resource("serviceaccounts"), ca.Name)
+		}
+		asked = ca.Object.(*authenticationv1.TokenRequest)
+		return true, &authenticationv1.TokenRequest{Status: authenticationv1.TokenRequestStatus{Token: "tok",
+			ExpirationTimestamp: metav1.NewTime(time.Now().Add(time.Hour))}}, nil
+	})
+	a.o.Client = client
 	w := newPodWorker(a, "uid-1")
 	w.sb = &sandboxState{IPs: []string{"10.244.1.5"}}
 	pod := testPod(corev1.RestartPolicyAlways, "c")
@@ -109,6 +128,9 @@ func TestServiceAccountCredentialsAndAPIServerEnv(t *testing.T) {
 	m, err := w.serviceAccountMount(ctx, pod, pod.Spec.Containers[0])
 	if err != nil || m == nil || m.Target != saMountPath || !m.ReadOnly {
 		t.Fatalf("mount %+v, %v", m, err)
+	}
+	if ref := asked.Spec.BoundObjectRef; ref == nil || ref.Kind != "Pod" || ref.Name != pod.Name || ref.UID != pod.UID {
+		t.Errorf("token request not bound to the pod: %+v", asked.Spec)
 	}
 	for name, want := range map[string]string{"token": "tok", "ca.crt": "ca", "namespace": "ns"} {
 		if b, err := os.ReadFile(filepath.Join(m.Source, name)); err != nil || string(b) != want {
@@ -120,8 +142,8 @@ func TestServiceAccountCredentialsAndAPIServerEnv(t *testing.T) {
 		t.Errorf("automount false: %+v, %v", m, err)
 	}
 	pod.Spec.AutomountServiceAccountToken, pod.Spec.ServiceAccountName = nil, "other"
-	if m, err := w.serviceAccountMount(ctx, pod, pod.Spec.Containers[0]); m != nil || err != nil {
-		t.Errorf("account without a token Secret: %+v, %v", m, err)
+	if m, err := newPodWorker(a, "uid-2").serviceAccountMount(ctx, pod, pod.Spec.Containers[0]); m != nil || err != nil {
+		t.Errorf("token request answered 404: %+v, %v", m, err)
 	}
 
 	env, _, err := w.containerEnv(ctx, pod, pod.Spec.Containers[0])

@@ -11,11 +11,13 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
+	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/internal/testapi"
 )
 
@@ -150,4 +152,52 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// TestPodCallsTheAPIAsItsServiceAccount: a container of a pod run by the
+// real agent reads the mounted token and CA and calls the API server as
+// its service account, which gets what its RBAC binding grants.
+func TestPodCallsTheAPIAsItsServiceAccount(t *testing.T) {
+	nettest.RequireTool(t, "curl")
+	n := startNode(t)
+	ctx := testapi.Context(t)
+	if _, err := n.client.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "checker"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "list-nodes"},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"nodes"}, Verbs: []string{"list"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "checker-list-nodes"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "list-nodes"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: "default", Name: "checker"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	script := `d=` + saMountPath + `
+api=https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT
+call() { curl -sS --cacert $d/ca.crt -H "Authorization: Bearer $(cat $d/token)" "$@"; }
+echo "ns=$(cat $d/namespace)"
+call -X POST -H 'Content-Type: application/json' -d '{"apiVersion":"authentication.k8s.io/v1","kind":"SelfSubjectReview"}' $api/apis/authentication.k8s.io/v1/selfsubjectreviews
+echo
+call -o /dev/null -w 'nodes=%{http_code}\n' $api/api/v1/nodes
+call -o /dev/null -w 'pods=%{http_code}\n' $api/api/v1/namespaces/default/pods
+exec sleep 3600`
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "checker", Namespace: "default"}, Spec: corev1.PodSpec{
+		NodeName: n.name, HostNetwork: true, ServiceAccountName: "checker",
+		Containers: []corev1.Container{{Name: "main", Image: "host", Command: sh(script)}}}}
+	if _, err := n.client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n.dumpOnFailure(t, "default", "checker")
+	var out string
+	testapi.Eventually(t, 60*time.Second, "the checker's output", func() bool {
+		b, err := n.client.CoreV1().Pods("default").GetLogs("checker", &corev1.PodLogOptions{}).DoRaw(ctx)
+		out = string(b)
+		return err == nil && strings.Contains(out, "pods=")
+	})
+	for _, want := range []string{"ns=default", `"username":"system:serviceaccount:default:checker"`, "nodes=200", "pods=403"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the pod's output lacks %q:\n%s", want, out)
+		}
+	}
 }
