@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"k8s.io/apimachinery/pkg/runtime"
 
-	"github.com/nodenet/nodenet/daemonset/manifest"
 	"github.com/nodenet/nodenet/internal/netnsutil"
 	"github.com/nodenet/nodenet/routes"
 )
@@ -44,6 +44,9 @@ type Config struct {
 	LBPool    string // CIDR LoadBalancer Service IPs come from
 	Replace   bool   // stop a live `up` of the same dir or name instead of refusing
 	Out       io.Writer
+	// Daemons are the node daemons' objects (daemonset/manifest's, one of
+	// them the DaemonSet), applied once the API server answers.
+	Daemons []runtime.Object
 
 	portmapDir string // found by Validate
 }
@@ -167,7 +170,8 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	if err := c.DeployDaemons(ctx, cs); err != nil {
 		return c, err
 	}
-	Stage(cfg.Out, "daemonset", time.Since(start), fmt.Sprintf("applied the DaemonSet manifest (backend %s, proxy %s): the agents run flanneld and the proxy as pods of %s/%s", cfg.Backend, cfg.ProxyMode, manifest.Defaults().Namespace, manifest.Name))
+	ns, name := c.DaemonSet()
+	Stage(cfg.Out, "daemonset", time.Since(start), fmt.Sprintf("applied the DaemonSet manifest (backend %s, proxy %s): the agents run flanneld and the proxy as pods of %s/%s", cfg.Backend, cfg.ProxyMode, ns, name))
 	return c, nil
 }
 

@@ -68,6 +68,9 @@ func (c *Config) Validate() error {
 	} else {
 		c.portmapDir = d
 	}
+	if c.daemonSet() == nil {
+		errs = append(errs, errors.New("no DaemonSet among the node daemon objects (render them with daemonset/manifest)"))
+	}
 	if err := c.checkLBPool(); err != nil {
 		errs = append(errs, err)
 	}

@@ -207,7 +207,7 @@ func TestUpDaemonSetSwitchAndRecover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cluster.WaitDaemonSet(ctx, cs, 3, 90*time.Second); err != nil {
+	if _, err := cluster.WaitDaemonSet(ctx, cs, manifest.Defaults().Namespace, manifest.Name, 3, 90*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	var nodeNetns []string
@@ -264,7 +264,7 @@ func TestUpDaemonSetSwitchAndRecover(t *testing.T) {
 			t.Fatal(err)
 		}
 		time.Sleep(time.Second) // let the controller see the new generation
-		if _, err := cluster.WaitDaemonSet(ctx, cs, 3, 3*time.Minute); err != nil {
+		if _, err := cluster.WaitDaemonSet(ctx, cs, manifest.Defaults().Namespace, manifest.Name, 3, 3*time.Minute); err != nil {
 			load.finish(t, "switch")
 			t.Fatal(err)
 		}
@@ -312,7 +312,7 @@ func TestUpDaemonSetSwitchAndRecover(t *testing.T) {
 				t.Fatalf("no ready daemon pod on node-2 within 90s of deleting %s", old.Name)
 			}
 		}
-		if _, err := cluster.WaitDaemonSet(ctx, cs, 3, time.Minute); err != nil {
+		if _, err := cluster.WaitDaemonSet(ctx, cs, manifest.Defaults().Namespace, manifest.Name, 3, time.Minute); err != nil {
 			t.Error(err)
 		}
 		time.Sleep(2 * time.Second)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
-	"slices"
 	"strings"
 	"time"
 
@@ -16,47 +14,23 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
-
-	"github.com/nodenet/nodenet/daemonset/manifest"
 )
 
 // The node daemons (flanneld, the proxy, the CNI plugin's installer) are
 // not started by `up`: it applies the DaemonSet manifest users apply to a
-// real cluster (daemonset/manifest, rendered with this cluster's backend
-// and proxy mode) and the agents run its pods, so every `nodenet up` and
+// real cluster (Config.Daemons: `nodenet up` renders daemonset/manifest
+// with the cluster's backend and proxy mode; this package imports no
+// daemon package) and the agents run its pods, so every `nodenet up` and
 // `make run` exercises that manifest.
 
-// ManifestOptions are the manifest options of the cluster: the defaults
-// of daemonset/nodenet.yaml with the cluster's backend, proxy mode and
-// pod network. With ProxyModeNone the proxy mode is the default one and
-// Objects drops the proxy container.
-func (c Config) ManifestOptions() manifest.Options {
-	o := manifest.Defaults()
-	o.Backend = c.Backend
-	if c.ProxyMode != ProxyModeNone {
-		o.ProxyMode = c.ProxyMode
-	}
-	o.ClusterCIDRs = []netip.Prefix{netip.MustParsePrefix(ClusterCIDR)}
-	return o
-}
-
-// DaemonObjects are the objects `up` applies: the manifest's, without the
-// proxy container when the cluster runs no proxy.
-func (c Config) DaemonObjects() ([]runtime.Object, error) {
-	o := c.ManifestOptions()
-	if err := o.Validate(); err != nil {
-		return nil, fmt.Errorf("DaemonSet manifest: %w", err)
-	}
-	objs := manifest.Objects(o)
-	if c.ProxyMode == ProxyModeNone {
-		for _, obj := range objs {
-			if ds, ok := obj.(*appsv1.DaemonSet); ok {
-				spec := &ds.Spec.Template.Spec
-				spec.Containers = slices.DeleteFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == manifest.ProxyContainer })
-			}
+// daemonSet is the DaemonSet among the node daemon objects.
+func (c Config) daemonSet() *appsv1.DaemonSet {
+	for _, obj := range c.Daemons {
+		if ds, ok := obj.(*appsv1.DaemonSet); ok {
+			return ds
 		}
 	}
-	return objs, nil
+	return nil
 }
 
 // applyObjects creates each object, or updates it when it exists (a
@@ -116,24 +90,25 @@ func applyObject(ctx context.Context, cs kubernetes.Interface, obj runtime.Objec
 	return nil
 }
 
-// DeployDaemons applies the DaemonSet manifest to the cluster.
+// DeployDaemons applies the node daemon objects (Config.Daemons).
 func (c *Cluster) DeployDaemons(ctx context.Context, cs kubernetes.Interface) error {
-	objs, err := c.cfg.DaemonObjects()
-	if err != nil {
-		return err
-	}
-	return applyObjects(ctx, cs, objs)
+	return applyObjects(ctx, cs, c.cfg.Daemons)
+}
+
+// DaemonSet is the namespace and name of the node daemons' DaemonSet.
+func (c *Cluster) DaemonSet() (namespace, name string) {
+	ds := c.cfg.daemonSet()
+	return ds.Namespace, ds.Name
 }
 
 // WaitDaemonSet waits until the nodenet DaemonSet has a ready pod of its
 // current template on each of nodes nodes, as `kubectl rollout status`
 // judges it; readiness is the containers' readiness probes (flanneld's
 // /readyz, the proxy's /healthz), run by the agents.
-func WaitDaemonSet(ctx context.Context, cs kubernetes.Interface, nodes int, timeout time.Duration) (*appsv1.DaemonSet, error) {
-	ns := manifest.Defaults().Namespace
+func WaitDaemonSet(ctx context.Context, cs kubernetes.Interface, ns, name string, nodes int, timeout time.Duration) (*appsv1.DaemonSet, error) {
 	deadline := time.Now().Add(timeout)
 	for {
-		ds, err := cs.AppsV1().DaemonSets(ns).Get(ctx, manifest.Name, metav1.GetOptions{})
+		ds, err := cs.AppsV1().DaemonSets(ns).Get(ctx, name, metav1.GetOptions{})
 		why := ""
 		switch {
 		case err != nil:
@@ -148,7 +123,7 @@ func WaitDaemonSet(ctx context.Context, cs kubernetes.Interface, nodes int, time
 			return ds, nil
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("DaemonSet %s/%s not ready after %s: %s%s", ns, manifest.Name, timeout, why, podsNotReady(ctx, cs, ns))
+			return nil, fmt.Errorf("DaemonSet %s/%s not ready after %s: %s%s", ns, name, timeout, why, podsNotReady(ctx, cs, ds))
 		}
 		select {
 		case <-ctx.Done():
@@ -160,8 +135,15 @@ func WaitDaemonSet(ctx context.Context, cs kubernetes.Interface, nodes int, time
 
 // podsNotReady says which of the DaemonSet's pods are not ready and why,
 // for an error message.
-func podsNotReady(ctx context.Context, cs kubernetes.Interface, ns string) string {
-	pods, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + manifest.Name})
+func podsNotReady(ctx context.Context, cs kubernetes.Interface, ds *appsv1.DaemonSet) string {
+	if ds == nil || ds.Spec.Selector == nil {
+		return ""
+	}
+	sel, err := metav1.LabelSelectorAsSelector(ds.Spec.Selector)
+	if err != nil {
+		return ""
+	}
+	pods, err := cs.CoreV1().Pods(ds.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
 	if err != nil {
 		return ""
 	}

@@ -7,15 +7,21 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodenet/nodenet/cluster"
 	"github.com/nodenet/nodenet/daemonset"
+	"github.com/nodenet/nodenet/daemonset/manifest"
 	"github.com/nodenet/nodenet/internal/periodic"
 	"github.com/nodenet/nodenet/node"
 )
@@ -70,11 +76,41 @@ func parseUp(args []string) (upOptions, error) {
 			errs = append(errs, fmt.Errorf("%w; up also accepts %s (no proxy)", err, cluster.ProxyModeNone))
 		}
 	}
+	objs, err := daemonObjects(cfg.Backend, cfg.ProxyMode)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	cfg.Daemons = objs
 	if o.demoPods < 1 {
 		errs = append(errs, fmt.Errorf("--demo-pods %d: want at least 1", o.demoPods))
 	}
 	errs = append(errs, cfg.Validate())
 	return o, errors.Join(errs...)
+}
+
+// daemonObjects are the objects of daemonset/nodenet.yaml as `nodenet
+// manifest` renders them for the local cluster: its backend and proxy mode
+// and pod network. With no proxy the DaemonSet has no proxy container.
+func daemonObjects(backend, proxyMode string) ([]runtime.Object, error) {
+	o := manifest.Defaults()
+	o.Backend = backend
+	if proxyMode != cluster.ProxyModeNone {
+		o.ProxyMode = proxyMode
+	}
+	o.ClusterCIDRs = []netip.Prefix{netip.MustParsePrefix(cluster.ClusterCIDR)}
+	if err := o.Validate(); err != nil {
+		return nil, fmt.Errorf("DaemonSet manifest: %w", err)
+	}
+	objs := manifest.Objects(o)
+	if proxyMode == cluster.ProxyModeNone {
+		for _, obj := range objs {
+			if ds, ok := obj.(*appsv1.DaemonSet); ok {
+				spec := &ds.Spec.Template.Spec
+				spec.Containers = slices.DeleteFunc(spec.Containers, func(c corev1.Container) bool { return c.Name == manifest.ProxyContainer })
+			}
+		}
+	}
+	return objs, nil
 }
 
 // runUp is `nodenet up`: a local cluster in network namespaces, supervised
@@ -145,7 +181,8 @@ func waitNodes(ctx context.Context, cs kubernetes.Interface, c *cluster.Cluster,
 	}
 	cluster.Stage(os.Stdout, "nodes Ready", time.Since(start), strings.Join(names, ", "))
 	start = time.Now()
-	ds, err := cluster.WaitDaemonSet(ctx, cs, cfg.Nodes, 120*time.Second)
+	dsNS, dsName := c.DaemonSet()
+	ds, err := cluster.WaitDaemonSet(ctx, cs, dsNS, dsName, cfg.Nodes, 120*time.Second)
 	if err != nil {
 		fmt.Printf("node daemons not ready: %v\n", err)
 		return err
