@@ -9,7 +9,8 @@
 //	                  manager (node IPAM 10.244.0.0/16, EndpointSlices,
 //	                  scheduler, node lifecycle).
 //	nn-<c>-node-<i>   eth0 172.30.0.(10+i)/24, veth peer "n<i>" on vpc0;
-//	                  runs `nodenet agent`, `nodenet flanneld`, `nodenet proxy`.
+//	                  runs `nodenet agent`; flanneld and the proxy run as
+//	                  the pods of the nodenet DaemonSet (deploy.go).
 //	nn-<c>-pod-*      one per pod, created by the agent, wired by the CNI
 //	                  plugin (cni0 in the node namespace).
 //
@@ -40,13 +41,31 @@
 // how to reach and remove the running one; `down` and `up --replace` stop
 // the owner, which tears its cluster down.
 //
-// Each component is its own process — the nodenet binary with a subcommand,
-// forked from a thread switched into the component's namespace — and is
-// restarted when it exits. Logs go to <dir>/logs/<component>.log. Per-node
-// state (the paths a real node has in /etc/cni/net.d, /opt/cni/bin,
-// /run/flannel, /var/lib/cni) lives under <dir>/nodes/<node>/ and is passed
-// to the daemons by flag.
+// Each component (API server, controller manager, one agent per node) is
+// its own process — the nodenet binary with a subcommand, forked from a
+// thread switched into the component's namespace — and is restarted when
+// it exits. Logs go to <dir>/logs/<component>.log.
 //
-// This package imports no daemon package: it only starts processes and
-// talks to the API server through client-go.
+// The node daemons are deployed as on a real cluster: once the API server
+// answers, `up` applies the objects of daemonset/nodenet.yaml (rendered by
+// its caller with the cluster's backend and proxy mode: Config.Daemons),
+// the controller manager's DaemonSet controller creates a pod per node,
+// and each agent runs it — the init container installs nodenet-cni into
+// the node's /opt/cni/bin, then flanneld and the proxy, their logs read
+// with `kubectl logs`. `up` waits for the DaemonSet as `kubectl rollout
+// status` would; pod readiness is the containers' readiness probes.
+//
+// Each node has a root directory, <dir>/nodes/<node>/ (the agent's
+// --host-root): the DaemonSet's hostPath volumes (/run/flannel,
+// /etc/cni/net.d, /opt/cni/bin, /run/xtables.lock, /lib/modules linked to
+// the machine's, /sys/fs/bpf) are under it, and the agent runs the CNI
+// plugins with the node's /run/flannel, /var/lib/cni and iptables lock
+// bound on the real paths in a private mount namespace, so the conflist
+// flanneld writes (subnetFile /run/flannel/subnet.env) means the node's
+// file. The portmap plugin comes from the machine (Debian's
+// containernetworking-plugins). Pods get KUBERNETES_SERVICE_HOST/PORT =
+// 172.30.0.1:6443 and a service account token from TokenRequest.
+//
+// This package imports no daemon package: it only starts processes, lays
+// out files and talks to the API server through client-go.
 package cluster
