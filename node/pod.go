@@ -40,8 +40,11 @@ type container struct {
 	exited     bool
 	exitCode   int
 	ready      bool
-	fails      int
-	nextProbe  time.Time
+	readiness  probeState
+	liveness   probeState
+	// killedUnhealthy: the liveness probe failed and the container is
+	// being stopped; checkContainers restarts it once it exits.
+	killedUnhealthy bool
 	done       chan struct{}
 	// last is how the previous run ended (status.lastState).
 	last *corev1.ContainerStateTerminated

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os/exec"
 	"strconv"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -206,41 +207,111 @@ func (w *podWorker) initStatuses(pod *corev1.Pod) []corev1.ContainerStatus {
 	return out
 }
 
-// probe runs the readiness probes that are due.
+// probeState is one probe's schedule and consecutive results.
+type probeState struct {
+	next  time.Time
+	fails int
+}
+
+// due reports whether the probe should run now and schedules the next run.
+func (ps *probeState) due(p *corev1.Probe, started, now time.Time) bool {
+	if ps.next.IsZero() {
+		ps.next = started.Add(time.Duration(p.InitialDelaySeconds) * time.Second)
+	}
+	if now.Before(ps.next) {
+		return false
+	}
+	period := 10 * time.Second
+	if p.PeriodSeconds > 0 {
+		period = time.Duration(p.PeriodSeconds) * time.Second
+	}
+	ps.next = now.Add(period)
+	return true
+}
+
+// probe runs the readiness and liveness probes that are due, as the
+// kubelet does: readiness gates the container's Ready; FailureThreshold
+// liveness failures in a row stop the container (grace period, then
+// SIGKILL), and the restart policy brings it back.
 func (w *podWorker) probe(ctx context.Context, pod *corev1.Pod) {
 	for _, c := range pod.Spec.Containers {
-		p := c.ReadinessProbe
 		w.mu.Lock()
 		ctr := w.ctrs[c.Name]
 		w.mu.Unlock()
-		if p == nil || ctr == nil || ctr.exited {
+		if ctr == nil || ctr.exited || ctr.killedUnhealthy {
 			continue
 		}
 		now := time.Now()
-		if ctr.nextProbe.IsZero() {
-			ctr.nextProbe = ctr.startedAt.Add(time.Duration(p.InitialDelaySeconds) * time.Second)
+		if p := c.ReadinessProbe; p != nil && ctr.readiness.due(p, ctr.startedAt, now) {
+			err := w.runProbe(ctx, pod, c, p, probeTimeout(p))
+			w.mu.Lock()
+			if err == nil {
+				ctr.ready, ctr.readiness.fails = true, 0
+			} else {
+				ctr.readiness.fails++
+				if ctr.readiness.fails >= int(max(p.FailureThreshold, 1)) || !ctr.ready {
+					ctr.ready = false
+				}
+			}
+			w.mu.Unlock()
 		}
-		if now.Before(ctr.nextProbe) {
-			continue
-		}
-		period := time.Duration(max(p.PeriodSeconds, 1)) * time.Second
-		if p.PeriodSeconds == 0 {
-			period = 10 * time.Second
-		}
-		ctr.nextProbe = now.Add(period)
-		timeout := time.Duration(max(p.TimeoutSeconds, 1)) * time.Second
-		err := w.runProbe(ctx, pod, c, p, timeout)
-		w.mu.Lock()
-		if err == nil {
-			ctr.ready, ctr.fails = true, 0
-		} else {
-			ctr.fails++
-			if ctr.fails >= int(max(p.FailureThreshold, 1)) || !ctr.ready {
-				ctr.ready = false
+		if p := c.LivenessProbe; p != nil && ctr.liveness.due(p, ctr.startedAt, now) {
+			err := w.runProbe(ctx, pod, c, p, probeTimeout(p))
+			w.mu.Lock()
+			if err == nil {
+				ctr.liveness.fails = 0
+				w.mu.Unlock()
+				continue
+			}
+			ctr.liveness.fails++
+			kill := ctr.liveness.fails >= int(max(p.FailureThreshold, 1))
+			if kill {
+				ctr.killedUnhealthy, ctr.ready = true, false
+			}
+			w.mu.Unlock()
+			w.a.event(pod, c.Name, corev1.EventTypeWarning, "Unhealthy", "Liveness probe failed: %v", err)
+			if kill {
+				w.a.event(pod, c.Name, corev1.EventTypeNormal, "Killing", "Container %s failed liveness probe, will be restarted", c.Name)
+				go stopContainer(ctr, terminationGrace(pod))
 			}
 		}
-		w.mu.Unlock()
 	}
+}
+
+func probeTimeout(p *corev1.Probe) time.Duration {
+	return time.Duration(max(p.TimeoutSeconds, 1)) * time.Second
+}
+
+// terminationGrace is the pod's terminationGracePeriodSeconds (default 30).
+func terminationGrace(pod *corev1.Pod) time.Duration {
+	if g := pod.Spec.TerminationGracePeriodSeconds; g != nil {
+		return time.Duration(*g) * time.Second
+	}
+	return 30 * time.Second
+}
+
+// stopContainer sends SIGTERM to the container's process group, then
+// SIGKILL after grace if it still runs.
+func stopContainer(c *container, grace time.Duration) {
+	_ = syscall.Kill(-c.pid, syscall.SIGTERM)
+	_ = syscall.Kill(c.pid, syscall.SIGTERM)
+	deadline := time.Now().Add(grace)
+	for time.Now().Before(deadline) {
+		if c.cmd != nil {
+			select {
+			case <-c.done:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		} else {
+			if syscall.Kill(c.pid, 0) != nil {
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	_ = syscall.Kill(-c.pid, syscall.SIGKILL)
+	_ = syscall.Kill(c.pid, syscall.SIGKILL)
 }
 
 func port(c corev1.Container, p intstr.IntOrString) (string, error) {
