@@ -96,11 +96,16 @@ func New(o Options) (*Agent, error) {
 	if err := os.MkdirAll(o.StateDir, 0o755); err != nil {
 		return nil, err
 	}
-	if o.CNIPlugin == "" && o.Self != "" {
-		o.CNIPlugin = filepath.Join(filepath.Dir(o.Self), "nodenet-cni")
-	}
 	return &Agent{o: o, log: o.Logger, pods: map[types.UID]*podWorker{},
 		cni: &cniRuntime{confDir: o.CNIConfDir, binDirs: o.CNIBinDirs, cacheDir: o.CNICacheDir, exec: newNodeViewExec(o.Self, o.HostRoot)}}, nil
+}
+
+// cniPlugin is the nodenet-cni binary the image's path maps to.
+func (a *Agent) cniPlugin() string {
+	if a.o.CNIPlugin == "" && a.o.Self != "" {
+		return filepath.Join(filepath.Dir(a.o.Self), "nodenet-cni")
+	}
+	return a.o.CNIPlugin
 }
 
 // Run registers the node and runs pods until ctx ends. Pods keep running

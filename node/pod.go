@@ -338,7 +338,7 @@ func (w *podWorker) resolve(ctr corev1.Container, vars map[string]string) ([]str
 			argv[0] = self
 			return argv, nil
 		case daemonset.NodenetCNIPath:
-			argv[0] = w.a.o.CNIPlugin
+			argv[0] = w.a.cniPlugin()
 			return argv, nil
 		}
 	}
@@ -671,7 +671,7 @@ func (w *podWorker) imageBinaries(c corev1.Container) []Mount {
 		return nil
 	}
 	out := []Mount{{Source: w.a.o.Self, Target: daemonset.NodenetPath, ReadOnly: true}}
-	if cni := w.a.o.CNIPlugin; fileExists(cni) {
+	if cni := w.a.cniPlugin(); fileExists(cni) {
 		out = append(out, Mount{Source: cni, Target: daemonset.NodenetCNIPath, ReadOnly: true})
 	}
 	return out
