@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -246,6 +247,17 @@ func (c *Cluster) buildNetwork() error {
 	for i := 1; i <= c.cfg.Nodes; i++ {
 		if err := c.addNode(h, br, i); err != nil {
 			return err
+		}
+	}
+	if c.cfg.Backend == BackendAlloc {
+		// The VPC router forwards between nodes of the same subnet, as a
+		// cloud's does, and sends no ICMP redirects that would teach the
+		// nodes to go direct.
+		for _, k := range []string{"net/ipv4/ip_forward=1", "net/ipv4/conf/all/send_redirects=0", "net/ipv4/conf/" + vpcBridge + "/send_redirects=0"} {
+			key, val, _ := strings.Cut(k, "=")
+			if err := netnsutil.Do(netnsutil.Path(vpc), func() error { return os.WriteFile("/proc/sys/"+key, []byte(val), 0o644) }); err != nil {
+				return fmt.Errorf("%s: sysctl %s: %w", vpc, key, err)
+			}
 		}
 	}
 	return nil

@@ -12,8 +12,13 @@ import (
 	"strings"
 )
 
-// Backends are the flannel backends a local cluster can run.
-var Backends = []string{"host-gw", "vxlan"}
+// Backends are the flannel backends a local cluster can run. With alloc
+// the vpc namespace is the VPC router: the controller manager's cloud
+// routes send each node's podCIDR to that node (see doc.go).
+var Backends = []string{"host-gw", "vxlan", "alloc"}
+
+// BackendAlloc is flannel's backend without routes between nodes.
+const BackendAlloc = "alloc"
 
 // ProxyModeNone runs no proxy on the nodes; every other proxy mode is
 // checked by the caller against the modes `nodenet proxy` has built in.

@@ -157,7 +157,11 @@ type DemoOptions struct {
 	// ExternalNetns plays the client outside the cluster (the vpc
 	// namespace, which also is the router of the node network).
 	ExternalNetns string
-	Out           io.Writer
+	// Backend is flanneld's backend (what cross-node traffic is checked
+	// to go through); NodeNetns maps node names to their namespaces.
+	Backend   string
+	NodeNetns map[string]string
+	Out       io.Writer
 	// Hints, when set, gets the "try it yourself" commands: only worth
 	// printing for a cluster that stays up.
 	Hints io.Writer
@@ -235,6 +239,8 @@ func RunDemo(ctx context.Context, cs kubernetes.Interface, o DemoOptions) (int, 
 		reply, err = Probe(ctx, o.Binary, &first, fmt.Sprintf("http://%s:%d/", to.Status.PodIP, EchoHTTPPort))
 		check(err == nil && reply == to.Name, "http %s -> %s: %s", first.Name, to.Name, orErr(reply, err))
 	}
+
+	checkTrafficKinds(ctx, o, pods, nodes, check)
 
 	fmt.Fprintln(out, "\n== Service demo/echo (LoadBalancer: ClusterIP from every pod, the NodePort on every node, then the LoadBalancer IP)")
 	s, err := WaitEndpoints(ctx, cs, ns, "echo", o.Pods, 60*time.Second)

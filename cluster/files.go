@@ -105,6 +105,11 @@ func (c *Cluster) components() []*component {
 			// main table: see doc.go.
 			"--lb-ip-pool", c.cfg.LBPool, "--configure-lb-routes"}},
 	}
+	if c.cfg.Backend == BackendAlloc {
+		// The vpc router's table gets one route per node podCIDR.
+		cm := comps[1]
+		cm.args = append(cm.args, "--configure-cloud-routes")
+	}
 	for i := 1; i <= c.cfg.Nodes; i++ {
 		nd, node := c.nodeDir(i), NodeName(i)
 		ns := netnsutil.Path(NodeNetns(name, i))

@@ -18,8 +18,11 @@ type EchoOptions struct {
 	Name     string // reported in every reply
 	TCPAddr  string // line echo: "<name>: <line>"
 	UDPAddr  string // datagram echo: "<name>: <payload>"
-	HTTPAddr string // GET any path: "<name>\n"
+	HTTPAddr string // GET any path: "<name>\n"; ClientIPPath: "<client ip:port>\n"
 }
+
+// ClientIPPath answers with the client's address as the server sees it.
+const ClientIPPath = "/clientip"
 
 // RunEcho serves until ctx ends.
 func RunEcho(ctx context.Context, o EchoOptions) error {
@@ -76,6 +79,12 @@ func RunEcho(ctx context.Context, o EchoOptions) error {
 			return err
 		}
 		srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == ClientIPPath {
+				// Who the server sees: tells masqueraded traffic from
+				// traffic that kept its source (agnhost's /clientip).
+				fmt.Fprintf(w, "%s\n", r.RemoteAddr)
+				return
+			}
 			fmt.Fprintf(w, "%s\n", o.Name)
 		})}
 		closers = append(closers, srv)

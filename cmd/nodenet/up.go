@@ -212,7 +212,11 @@ func reportChanges(ctx context.Context, c *cluster.Cluster) {
 }
 
 func runDemoIn(ctx context.Context, cs kubernetes.Interface, c *cluster.Cluster, cfg cluster.Config, pods int, hints bool) error {
-	o := cluster.DemoOptions{Binary: cfg.Binary, Kubeconfig: c.AdminKube, Nodes: cfg.Nodes, Pods: pods, ExternalNetns: cluster.VPCNetns(cfg.Name), Out: os.Stdout}
+	o := cluster.DemoOptions{Binary: cfg.Binary, Kubeconfig: c.AdminKube, Nodes: cfg.Nodes, Pods: pods, ExternalNetns: cluster.VPCNetns(cfg.Name),
+		Backend: cfg.Backend, NodeNetns: map[string]string{}, Out: os.Stdout}
+	for i := 1; i <= cfg.Nodes; i++ {
+		o.NodeNetns[cluster.NodeName(i)] = cluster.NodeNetns(cfg.Name, i)
+	}
 	if hints {
 		o.Hints = os.Stdout
 	}
