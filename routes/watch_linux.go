@@ -12,14 +12,6 @@ import (
 	"github.com/nodenet/nodenet/internal/netnsutil"
 )
 
-// RouteChange is a change the kernel reported to a route a table owns.
-type RouteChange struct {
-	// Route is the route as added or as deleted. Its Dev is left empty:
-	// a deleted route's device may be gone by the time it is read.
-	Route   Route
-	Deleted bool
-}
-
 // Watch reports the kernel's changes to the routes this table owns —
 // added, replaced or deleted, by anyone, this process included — to
 // changed, from one goroutine, until ctx ends (nil) or the subscription
