@@ -51,7 +51,7 @@ func TestWatchKernel(t *testing.T) {
 	}
 
 	ns.MustExec(t, "ip", "route", "add", "10.244.9.0/24", "via", "192.168.50.254", "proto", "static") // foreign
-	mustOK(t, other.Add(ctx, Route{Dst: pfx("10.244.8.0/24"), Gw: ip("192.168.50.254")}))            // another table
+	mustOK(t, other.Add(ctx, Route{Dst: pfx("10.244.8.0/24"), Gw: ip("192.168.50.254")}))             // another table
 	owned := Route{Dst: pfx("10.244.1.0/24"), Gw: ip("192.168.50.11")}
 	mustOK(t, tbl.Add(ctx, owned))
 	if c := next("the add"); c.Deleted || !owned.Matches(c.Route) {
