@@ -34,12 +34,7 @@ func TestControllerRepairsDeletedRoutes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := testapi.Start(t)
-			vpc := vpcNamespace(t)
-			table, err := routes.NewNetlinkTable(vpc.Path(), 0, routes.ProtocolNodenet)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(table.Close)
+			vpc, table := vpcTable(t)
 			m := NewMetrics()
 			opts := Options{Table: table, ClusterCIDRs: cidrlist.MustParse("10.244.0.0/16"), ReconcilePeriod: tc.period, Metrics: m}
 			if tc.watch {
