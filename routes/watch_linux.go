@@ -62,7 +62,10 @@ func (t *NetlinkTable) Watch(ctx context.Context, subscribed func(), changed fun
 			if !ok {
 				mu.Lock()
 				defer mu.Unlock()
-				return fmt.Errorf("watch routes in netns %s: subscription ended: %w", t.ns, errors.Join(lastErr, errors.New("receiver stopped")))
+				if lastErr == nil {
+					lastErr = errors.New("receiver stopped")
+				}
+				return fmt.Errorf("watch routes in netns %s: subscription ended: %w", t.ns, lastErr)
 			}
 			if u.Table != t.table || u.Protocol != t.proto {
 				continue

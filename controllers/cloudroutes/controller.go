@@ -50,7 +50,7 @@ type Controller struct {
 }
 
 // deletions records when routes were reported deleted: the watch writes,
-// sync takes the lot.
+// a sync that puts a route back takes its entry.
 type deletions struct {
 	mu sync.Mutex
 	at map[netip.Prefix]time.Time
@@ -62,17 +62,27 @@ func (d *deletions) record(dst netip.Prefix, at time.Time) {
 	if d.at == nil {
 		d.at = map[netip.Prefix]time.Time{}
 	}
-	if _, seen := d.at[dst]; !seen {
-		d.at[dst] = at
-	}
+	d.at[dst] = at
 }
 
-func (d *deletions) take() map[netip.Prefix]time.Time {
+func (d *deletions) take(dst netip.Prefix) (time.Time, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	at := d.at
-	d.at = nil
-	return at
+	at, ok := d.at[dst]
+	delete(d.at, dst)
+	return at, ok
+}
+
+// forget drops the entries of destinations we no longer route (our own
+// deletes are reported too).
+func (d *deletions) forget(routed map[netip.Prefix]routes.Route) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for dst := range d.at {
+		if _, ok := routed[dst]; !ok {
+			delete(d.at, dst)
+		}
+	}
 }
 
 // New validates opts and registers the node handlers on factory; start
@@ -143,7 +153,9 @@ func (c *Controller) Run(ctx context.Context, n int) {
 	c.queue.Add(syncKey) // even with no nodes: stale routes must go
 	go periodic.Every(ctx, c.period, func(context.Context) { c.queue.Add(syncKey) })
 	if c.watcher != nil {
-		go c.watch(ctx)
+		var wg sync.WaitGroup
+		defer wg.Wait() // the subscription's socket closes with it
+		wg.Go(func() { c.watch(ctx) })
 	}
 	workers.Loop(ctx, c.queue, n, c.processNext)
 }

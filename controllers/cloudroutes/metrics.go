@@ -31,7 +31,7 @@ func NewMetrics() *Metrics {
 			Help: "Route changes, by op (create, repair: a route put back after it vanished from the table, delete) and result (success, error)."},
 			[]string{"op", "result"}),
 		repair: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "route_repair_seconds",
-			Help:    "Time from the kernel's notice that a route was deleted to the route being back.",
+			Help:    "Time from receiving the kernel's notice that a route was deleted to the route being back.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18)}),
 	}
 }

@@ -17,9 +17,6 @@ import (
 // (a changed gateway is replaced in place), then deletes, then the node
 // conditions for nodes whose routes are all in place.
 func (c *Controller) sync(ctx context.Context) error {
-	// Taken before the table is listed: a deletion reported later comes
-	// with a sync of its own.
-	deletedAt := c.deleted.take()
 	nodes, err := c.nodes.List(labels.Everything())
 	if err != nil {
 		return fmt.Errorf("list nodes: %w", err)
@@ -58,7 +55,10 @@ func (c *Controller) sync(ctx context.Context) error {
 			c.log.Info("created route", "node", n.Name, "route", r.String())
 			continue
 		}
-		if at, ok := deletedAt[r.Dst]; ok {
+		// The notice may still be on its way (the table was listed after
+		// the delete, before the watch handled it); then the latency goes
+		// unmeasured and the late entry is replaced by the next notice.
+		if at, ok := c.deleted.take(r.Dst); ok {
 			took := time.Since(at)
 			c.metrics.repair.Observe(took.Seconds())
 			c.log.Info("repaired route deleted from the table", "node", n.Name, "route", r.String(), "after", took)
@@ -84,6 +84,7 @@ func (c *Controller) sync(ctx context.Context) error {
 			c.programmed[r.Dst] = r
 		}
 	}
+	c.deleted.forget(c.programmed)
 	c.metrics.routes.Set(float64(len(c.programmed)))
 	for _, n := range p.complete {
 		if failed[n.Name] {
