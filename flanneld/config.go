@@ -12,11 +12,24 @@ import (
 	"strings"
 )
 
-// Backend types.
+// Backend types, upstream's names.
 const (
 	BackendHostGW = "host-gw"
 	BackendVXLAN  = "vxlan"
+	// BackendAlloc only allocates: the node gets its subnet, subnet.env
+	// and the masquerade rules, and nothing on the node connects its
+	// subnet to the others' — on a VPC the cloud route controller's route
+	// per node podCIDR in the VPC router does.
+	BackendAlloc = "alloc"
 )
+
+// Backends lists every backend type, in the order help texts give them.
+var Backends = []string{BackendHostGW, BackendVXLAN, BackendAlloc}
+
+// backendList is Backends for messages: "host-gw, vxlan or alloc".
+func backendList() string {
+	return strings.Join(Backends[:len(Backends)-1], ", ") + " or " + Backends[len(Backends)-1]
+}
 
 // Defaults of the vxlan backend, as upstream's.
 const (
@@ -302,11 +315,11 @@ func parseBackend(raw json.RawMessage) (BackendConfig, error) {
 	}
 	b = rb
 	switch b.Type {
-	case BackendHostGW, BackendVXLAN:
+	case BackendHostGW, BackendVXLAN, BackendAlloc:
 	case "":
-		return b, cfgErr("Backend.Type", "required (host-gw or vxlan)")
+		return b, cfgErr("Backend.Type", "required (%s)", backendList())
 	default:
-		return b, cfgErr("Backend.Type", "%q is not supported (want host-gw or vxlan)", b.Type)
+		return b, cfgErr("Backend.Type", "%q is not supported (want %s)", b.Type, backendList())
 	}
 	if b.VNI == 0 {
 		b.VNI = DefaultVNI
@@ -323,8 +336,8 @@ func parseBackend(raw json.RawMessage) (BackendConfig, error) {
 	if b.MTU != 0 && (b.MTU < 576 || b.MTU > 65535) {
 		return b, cfgErr("Backend.MTU", "%d is outside 576..65535", b.MTU)
 	}
-	if b.Type == BackendHostGW && (rb.VNI != 0 || rb.Port != 0 || rb.DirectRouting || rb.TxChecksumOffload != "") {
-		return b, cfgErr("Backend", "VNI, Port, DirectRouting and TxChecksumOffload are vxlan settings; Type is host-gw")
+	if b.Type != BackendVXLAN && (rb.VNI != 0 || rb.Port != 0 || rb.DirectRouting || rb.TxChecksumOffload != "") {
+		return b, cfgErr("Backend", "VNI, Port, DirectRouting and TxChecksumOffload are vxlan settings; Type is %s", b.Type)
 	}
 	if b.Type == BackendVXLAN {
 		v, err := ParseTxChecksumOffload(rb.TxChecksumOffload)

@@ -30,6 +30,10 @@ func TestParseConfigDefaults(t *testing.T) {
 	if err != nil || c.Backend.Type != BackendVXLAN || !c.EnableNFTables || c.Backend.TxChecksumOffload != TxChecksumAuto {
 		t.Fatalf("no backend: %v %+v", err, c)
 	}
+	c, err = ParseConfig([]byte(`{"Network":"10.244.0.0/16","EnableIPv6":true,"IPv6Network":"fd00:10:244::/56","Backend":{"Type":"alloc"}}`))
+	if err != nil || c.Backend.Type != BackendAlloc || !c.EnableIPv6 {
+		t.Fatalf("alloc: %v %+v", err, c)
+	}
 	for in, want := range map[string]string{"on": TxChecksumOn, "Off": TxChecksumOff, "auto": TxChecksumAuto} {
 		c, err = ParseConfig(fmt.Appendf(nil, `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan","TxChecksumOffload":%q}}`, in))
 		if err != nil || c.Backend.TxChecksumOffload != want {
@@ -45,7 +49,7 @@ var badConfigs = []struct {
 	{"bad json", `{"Network": "10.244.0.0/16",`, "", "invalid JSON at line 1"},
 	{"empty", ``, "", "empty"},
 	{"wrong type", `{"Network":"10.244.0.0/16","SubnetLen":"24"}`, "SubnetLen", "want int, got JSON string"},
-	{"unknown backend", `{"Network":"10.244.0.0/16","Backend":{"Type":"udp"}}`, "Backend.Type", `"udp" is not supported`},
+	{"unknown backend", `{"Network":"10.244.0.0/16","Backend":{"Type":"udp"}}`, "Backend.Type", `"udp" is not supported (want host-gw, vxlan or alloc)`},
 	{"backend without type", `{"Network":"10.244.0.0/16","Backend":{"VNI":4}}`, "Backend.Type", "required"},
 	{"no network", `{"Backend":{"Type":"vxlan"}}`, "Network", "required"},
 	{"not a cidr", `{"Network":"10.244.0.0","Backend":{"Type":"vxlan"}}`, "Network", "not a CIDR"},
@@ -62,6 +66,7 @@ var badConfigs = []struct {
 	{"mtu range", `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan","MTU":100}}`, "Backend.MTU", "outside"},
 	{"vxlan keys on host-gw", `{"Network":"10.244.0.0/16","Backend":{"Type":"host-gw","VNI":2}}`, "Backend", "vxlan settings"},
 	{"tx checksum on host-gw", `{"Network":"10.244.0.0/16","Backend":{"Type":"host-gw","TxChecksumOffload":"off"}}`, "Backend", "vxlan settings"},
+	{"vxlan keys on alloc", `{"Network":"10.244.0.0/16","Backend":{"Type":"alloc","DirectRouting":true}}`, "Backend", "vxlan settings; Type is alloc"},
 	{"tx checksum value", `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan","TxChecksumOffload":"disabled"}}`, "Backend.TxChecksumOffload", "want auto, on or off"},
 	{"tx checksum type", `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan","TxChecksumOffload":false}}`, "Backend.TxChecksumOffload", "want string"},
 	{"no family", `{"EnableIPv4":false,"Backend":{"Type":"vxlan"}}`, "EnableIPv4", "no IP family"},

@@ -243,6 +243,9 @@ func (d *Daemon) run(ctx context.Context) error {
 	}
 	d.log.Info("external interface", "iface", ext.Name, "ip", ext.IP, "publicIP", ext.PublicIP, "publicIPv6", ext.PublicIPv6, "mtu", ext.MTU)
 
+	if err := removeStaleDevices(d.opts.Netns, d.cfg, d.log); err != nil {
+		return err
+	}
 	be, err := d.newBackend(ctx, ext)
 	if err != nil {
 		return err
@@ -340,6 +343,8 @@ func (d *Daemon) newBackend(ctx context.Context, ext *ExtIface) (backend, error)
 	case BackendVXLAN:
 		dec := decideTxChecksum(ctx, d.cfg.Backend.TxChecksumOffload, d.cfg.Backend.Port, d.log)
 		return newVXLAN(d.opts.Netns, d.cfg, ext, dec, d.reportTxChecksum, d.log)
+	case BackendAlloc:
+		return newAlloc(d.opts.Netns, d.cfg, ext)
 	}
 	return nil, fmt.Errorf("backend %q", d.cfg.Backend.Type)
 }

@@ -1,7 +1,8 @@
 // Package flanneld is nodenet's drop-in for upstream flanneld: it gives its
 // node a share of the cluster network (a subnet per IP family), tells the
 // CNI plugin about it through subnet.env, and connects that subnet to every
-// other node's.
+// other node's — except with the alloc backend, where the network outside
+// the nodes does (a VPC router with a route per node podCIDR).
 //
 // The pieces, in the order a Daemon runs them:
 //
@@ -13,8 +14,12 @@
 //     publishes flannel's node annotations; lease mode (leasesm.go) claims a
 //     subnet itself through coordination.k8s.io Leases named after the
 //     subnet, so the API server's create is the atomic claim.
-//   - a backend (hostgw_linux.go, vxlan_linux.go) that turns the peers'
-//     leases into routes, neighbours and FDB entries through routes/. The
+//   - a backend (hostgw_linux.go, vxlan_linux.go, alloc_linux.go) that
+//     turns the peers' leases into routes, neighbours and FDB entries
+//     through routes/ — alloc, upstream's allocate-only backend, into
+//     none. Before it starts, flannel's vxlan devices the configuration
+//     does not use are deleted (stale_linux.go), so switching backends
+//     leaves no device, neighbour or route of the old one. The
 //     vxlan devices' TX checksum offload follows Backend.TxChecksumOffload
 //     (or --vxlan-tx-checksum-offload): on as upstream, off as flannel's
 //     documented workaround, or auto, the default, which keeps it on unless

@@ -15,8 +15,11 @@
 // route to the same destination in place (no window without a route) and
 // the delete of the superseded route then finds nothing (ErrNotFound).
 //
-// NetlinkTable talks to the kernel; Fake is a stateful in-memory Table that
-// reproduces the kernel's EEXIST/ESRCH behaviour. The same contract test
-// runs against both (contract_test.go), which is what makes the fake
-// trustworthy for controller tests.
+// NetlinkTable talks to the kernel; its Watch reports changes to the
+// routes it owns, made by anyone, through a netlink route subscription.
+// Fake is a stateful in-memory Table that reproduces the kernel's
+// EEXIST/ESRCH behaviour. The same contract test runs against both
+// (contract_test.go), which is what makes the fake trustworthy for
+// controller tests; Watch is kernel-only and tested there
+// (watch_linux_test.go).
 package routes

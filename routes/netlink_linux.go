@@ -17,8 +17,9 @@ import (
 // deleted.
 type NetlinkTable struct {
 	owner
-	h  *netlink.Handle
-	ns string // for error messages
+	h    *netlink.Handle
+	ns   string // for error messages
+	path string // the namespace as given, for Watch's socket
 }
 
 var _ Table = (*NetlinkTable)(nil)
@@ -37,7 +38,7 @@ func NewNetlinkTable(ns string, tableID int, proto netlink.RouteProtocol) (*Netl
 	if err != nil {
 		return nil, err
 	}
-	return &NetlinkTable{owner: o, h: h, ns: label}, nil
+	return &NetlinkTable{owner: o, h: h, ns: label, path: ns}, nil
 }
 
 // Close releases the netlink socket. The routes stay.

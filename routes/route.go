@@ -68,6 +68,14 @@ type Route struct {
 	Protocol netlink.RouteProtocol
 }
 
+// RouteChange is a change a table's Watch reported to a route a table owns.
+type RouteChange struct {
+	// Route is the route as added or as deleted. Its Dev is left empty:
+	// a deleted route's device may be gone by the time it is read.
+	Route   Route
+	Deleted bool
+}
+
 // String renders the route as `ip route` would.
 func (r Route) String() string {
 	var b strings.Builder

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
@@ -169,7 +170,7 @@ func (f *cmFlags) build(on map[string]bool) ([]manager.Controller, func(), error
 		errs []error
 	)
 	cleanup := func() {}
-	add := func(name string, opts validator, newFn manager.Constructor) {
+	addWithMetrics := func(name string, opts validator, metrics prometheus.Collector, newFn manager.Constructor) {
 		if !on[name] {
 			return
 		}
@@ -179,8 +180,9 @@ func (f *cmFlags) build(on map[string]bool) ([]manager.Controller, func(), error
 				return
 			}
 		}
-		out = append(out, manager.Controller{Name: name, Workers: f.workers, New: newFn})
+		out = append(out, manager.Controller{Name: name, Workers: f.workers, New: newFn, Metrics: metrics})
 	}
+	add := func(name string, opts validator, newFn manager.Constructor) { addWithMetrics(name, opts, nil, newFn) }
 	ipam := f.ipam
 	ipam.ClusterCIDRs = f.clusterCIDRs
 	add("nodeipam", ipam, func(c kubernetes.Interface, fac informers.SharedInformerFactory, r record.EventRecorder, l *slog.Logger) (manager.Runner, error) {
@@ -218,8 +220,11 @@ func (f *cmFlags) build(on map[string]bool) ([]manager.Controller, func(), error
 	if err != nil {
 		return nil, nil, fmt.Errorf("--route-table-netns %q --route-table %d: %w", f.routeNetns, f.routeTable, err)
 	}
-	cloud := cloudroutes.Options{Table: table, ClusterCIDRs: f.clusterCIDRs, ReconcilePeriod: f.routePeriod}
-	add("cloudroutes", cloud, func(c kubernetes.Interface, fac informers.SharedInformerFactory, r record.EventRecorder, l *slog.Logger) (manager.Runner, error) {
+	// The table's netlink watch repairs a route deleted by hand at once;
+	// the reconcile period is the bound when a notice is lost.
+	cloud := cloudroutes.Options{Table: table, ClusterCIDRs: f.clusterCIDRs, ReconcilePeriod: f.routePeriod,
+		Watcher: table, Metrics: cloudroutes.NewMetrics()}
+	addWithMetrics("cloudroutes", cloud, cloud.Metrics, func(c kubernetes.Interface, fac informers.SharedInformerFactory, r record.EventRecorder, l *slog.Logger) (manager.Runner, error) {
 		return cloudroutes.New(c, fac, cloud, r, l)
 	})
 	lbr := lbroutes.Options{Table: table, Pools: f.lbPools, ReconcilePeriod: f.routePeriod}

@@ -23,7 +23,7 @@ func subcommands() map[string]subcommand {
 		"apiserver":          {"Kubernetes-compatible API server on etcd (embedded by default)", runAPIServer},
 		"version":            {"print the version", runVersion},
 		"controller-manager": {"node IPAM, EndpointSlices, LoadBalancer IPs, node lifecycle, scheduler, cloud routes", runControllerManager},
-		"flanneld":           {"flannel-compatible node network daemon (host-gw, vxlan, ip-masq)", runFlanneld},
+		"flanneld":           {"flannel-compatible node network daemon (host-gw, vxlan, alloc, ip-masq)", runFlanneld},
 		"proxy":              {"kube-proxy peer: Services and EndpointSlices as iptables or nftables rules", runProxy},
 		"up":                 {"local multi-node cluster in network namespaces (foreground supervisor)", runUp},
 		"down":               {"stop a local cluster's up and remove the cluster (idempotent)", runDown},

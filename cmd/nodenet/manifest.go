@@ -8,8 +8,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/nodenet/nodenet/daemonset/manifest"
+	"github.com/nodenet/nodenet/flanneld"
 	"github.com/nodenet/nodenet/internal/atomicfile"
 	"github.com/nodenet/nodenet/internal/cidrlist"
 )
@@ -20,7 +22,7 @@ func runManifest(_ context.Context, args []string) error {
 	fs := flag.NewFlagSet("manifest", flag.ContinueOnError)
 	o := manifest.Defaults()
 	fs.StringVar(&o.ProxyMode, "proxy-mode", o.ProxyMode, "the proxy's data plane: iptables, nftables, ipvs or ebpf (ConfigMap key proxyMode)")
-	fs.StringVar(&o.Backend, "backend", o.Backend, "flanneld backend: host-gw or vxlan (net-conf.json Backend.Type)")
+	fs.StringVar(&o.Backend, "backend", o.Backend, "flanneld backend: "+strings.Join(flanneld.Backends, ", ")+" (net-conf.json Backend.Type)")
 	fs.Var(newCIDRsFlag(&o.ClusterCIDRs, cidrlist.DualStack), "cluster-cidr", "pod network(s), one per family, comma-separated")
 	fs.Var(&nodePortFlag{dst: &o.NodePortAddresses}, "nodeport-addresses", `CIDRs whose local addresses accept NodePorts, or "primary"; default all`)
 	fs.StringVar(&o.Image, "image", o.Image, "the nodenet image (make image builds it)")

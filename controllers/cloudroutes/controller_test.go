@@ -39,6 +39,19 @@ func vpcNamespace(t *testing.T) *nettest.NS {
 	return vpc
 }
 
+// vpcTable is vpcNamespace and our route table in its main table, open
+// until the test ends.
+func vpcTable(t *testing.T) (*nettest.NS, *routes.NetlinkTable) {
+	t.Helper()
+	vpc := vpcNamespace(t)
+	table, err := routes.NewNetlinkTable(vpc.Path(), 0, routes.ProtocolNodenet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(table.Close)
+	return vpc, table
+}
+
 // kernelRoutes lists the main table's routes with the given protocol
 // straight from the kernel as "dst via gw", sorted.
 func kernelRoutes(t *testing.T, ns *nettest.NS, proto netlink.RouteProtocol) []string {
@@ -59,12 +72,7 @@ func kernelRoutes(t *testing.T, ns *nettest.NS, proto netlink.RouteProtocol) []s
 func TestControllerProgramsVPCTable(t *testing.T) {
 	nettest.RequirePrivileged(t)
 	s := testapi.Start(t)
-	vpc := vpcNamespace(t)
-	table, err := routes.NewNetlinkTable(vpc.Path(), 0, routes.ProtocolNodenet)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(table.Close)
+	vpc, table := vpcTable(t)
 	ctx := t.Context()
 
 	// Already in the table before the controller starts: an

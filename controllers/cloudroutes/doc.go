@@ -6,8 +6,13 @@
 // available (NetworkUnavailable=False, reason RouteCreated).
 //
 // The controller reconciles the whole table at once under a single queue
-// key: node changes only nudge it, and a periodic resync repairs drift in
-// the kernel (a route deleted by hand). It manages only routes it owns
+// key: node changes only nudge it, and so does an optional Watcher (the
+// table's netlink route subscription) when a route changes in the kernel,
+// so a route deleted by hand is back within a sync. A periodic resync is
+// the bound for drift no notice reports (a lost notice, a route the
+// kernel flushes silently). A route put back is a "repair" in the
+// metrics (metrics.go), with its latency from the kernel's notice when
+// there was one. It manages only routes it owns
 // (routes.Table's protocol) whose destination lies inside the cluster
 // CIDRs; anything else in the table is left alone. Its state is the
 // kernel's, listed afresh on every sync, so a restart needs no memory.

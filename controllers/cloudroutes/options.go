@@ -1,6 +1,7 @@
 package cloudroutes
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -25,9 +26,26 @@ type Options struct {
 	ClusterCIDRs []netip.Prefix
 	// ReconcilePeriod (--route-reconciliation-period) is how often the
 	// table is compared with the nodes even without a change, which is
-	// what repairs routes removed behind the controller's back. Zero means
+	// what repairs routes removed behind the controller's back when no
+	// Watcher reports it (and bounds the repair when one does). Zero means
 	// DefaultReconcilePeriod.
 	ReconcilePeriod time.Duration
+	// Watcher, when set, reports changes to Table's routes (usually the
+	// same *routes.NetlinkTable), so a route deleted by hand is put back
+	// at once instead of at the next reconcile.
+	Watcher Watcher
+	// Metrics, when set, are the metrics to update; the caller registers
+	// them. Nil: the controller keeps unregistered ones.
+	Metrics *Metrics
+}
+
+// Watcher reports changes to the managed route table; routes.NetlinkTable
+// implements it with a netlink subscription.
+type Watcher interface {
+	// Watch calls changed for each change to the table's routes until ctx
+	// ends (nil) or the watch fails, and subscribed once a re-list of the
+	// table would miss no later change.
+	Watch(ctx context.Context, subscribed func(), changed func(routes.RouteChange)) error
 }
 
 // config is Options validated and parsed.
@@ -35,6 +53,8 @@ type config struct {
 	table        routes.Table
 	clusterCIDRs []netip.Prefix
 	period       time.Duration
+	watcher      Watcher
+	metrics      *Metrics
 }
 
 // Validate reports what is wrong with o; New refuses the same.
@@ -54,7 +74,10 @@ func (o Options) validate() (config, error) {
 	if err := cidrlist.Check(o.ClusterCIDRs, cidrlist.DualStack); err != nil {
 		errs = append(errs, fmt.Errorf("--cluster-cidr: %w", err))
 	}
-	cfg := config{table: o.Table, clusterCIDRs: o.ClusterCIDRs, period: o.ReconcilePeriod}
+	cfg := config{table: o.Table, clusterCIDRs: o.ClusterCIDRs, period: o.ReconcilePeriod, watcher: o.Watcher, metrics: o.Metrics}
+	if cfg.metrics == nil {
+		cfg.metrics = NewMetrics()
+	}
 	switch {
 	case o.ReconcilePeriod == 0:
 		cfg.period = DefaultReconcilePeriod

@@ -42,6 +42,10 @@ type Controller struct {
 	Name    string
 	Workers int
 	New     Constructor
+	// Metrics, when set, are the controller's metrics, served on /metrics
+	// from the start: they are made with the options, before any term of
+	// leadership builds the controller.
+	Metrics prometheus.Collector
 }
 
 // LeaderElection configures the Lease lock.
@@ -206,6 +210,13 @@ func (m *manager) serve(addr string) (func(), error) {
 		return 0
 	})
 	m.reg.MustRegister(leaderGauge, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, c := range m.cfg.Controllers {
+		if c.Metrics != nil {
+			if err := m.reg.Register(c.Metrics); err != nil {
+				return nil, fmt.Errorf("register controller %s metrics: %w", c.Name, err)
+			}
+		}
+	}
 	mux := http.NewServeMux()
 	ok := func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) }
 	mux.HandleFunc("/healthz", ok)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
@@ -92,6 +93,11 @@ func freeAddr(t *testing.T) string {
 
 // leaderMetric reads nodenet_controller_manager_leader from /metrics.
 func leaderMetric(addr string) (string, error) {
+	return metricValue(addr, "nodenet_controller_manager_leader")
+}
+
+// metricValue reads an unlabelled metric's value from /metrics.
+func metricValue(addr, name string) (string, error) {
 	resp, err := http.Get("http://" + addr + "/metrics")
 	if err != nil {
 		return "", err
@@ -102,11 +108,11 @@ func leaderMetric(addr string) (string, error) {
 		return "", err
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "nodenet_controller_manager_leader "); ok {
+		if v, ok := strings.CutPrefix(l, name+" "); ok {
 			return v, nil
 		}
 	}
-	return "", fmt.Errorf("no leader gauge in /metrics")
+	return "", fmt.Errorf("no %s in /metrics", name)
 }
 
 func TestRunRefusesNoControllers(t *testing.T) {
@@ -141,7 +147,12 @@ func TestRunWithoutElection(t *testing.T) {
 	srv := testapi.Start(t)
 	a, b := &probeController{name: "a"}, &probeController{name: "b"}
 	addr := freeAddr(t)
-	run := start(Config{RESTConfig: srv.Config, Controllers: []Controller{a.controller(3), b.controller(0)}, HealthzAddr: addr, Log: testapi.Logger()})
+	// A controller's own metrics are served beside the manager's.
+	withMetrics := a.controller(3)
+	probeGauge := prometheus.NewGauge(prometheus.GaugeOpts{Name: "nodenet_probe_value", Help: "test"})
+	probeGauge.Set(7)
+	withMetrics.Metrics = probeGauge
+	run := start(Config{RESTConfig: srv.Config, Controllers: []Controller{withMetrics, b.controller(0)}, HealthzAddr: addr, Log: testapi.Logger()})
 	testapi.Eventually(t, 30*time.Second, "both controllers running with synced informers", func() bool {
 		return a.running.Load() == 1 && b.running.Load() == 1 && a.synced.Load() && b.synced.Load()
 	})
@@ -167,6 +178,9 @@ func TestRunWithoutElection(t *testing.T) {
 	})
 	if v, err := leaderMetric(addr); err != nil || v != "1" {
 		t.Errorf("leader gauge without election: %q, %v", v, err)
+	}
+	if v, err := metricValue(addr, "nodenet_probe_value"); err != nil || v != "7" {
+		t.Errorf("controller's metric: %q, %v", v, err)
 	}
 	if err := run.stop(t); err != nil {
 		t.Errorf("Run after cancel: %v", err)

@@ -32,7 +32,7 @@ type Options struct {
 	// ebpf); it lands in the ConfigMap, so switching is an edit there
 	// and a rollout restart.
 	ProxyMode string
-	// Backend is flanneld's backend type (host-gw, vxlan).
+	// Backend is flanneld's backend type (one of flanneld.Backends).
 	Backend string
 	// ClusterCIDRs are the pod networks, at most one per family: flannel's
 	// Network and IPv6Network, and the proxy's --cluster-cidr.

@@ -204,6 +204,23 @@ func hasEnv(env []corev1.EnvVar, name string) bool {
 	return false
 }
 
+// TestEveryBackend: each backend flanneld knows, alloc included, renders
+// into the ConfigMap's net-conf.json as upstream writes it.
+func TestEveryBackend(t *testing.T) {
+	for _, b := range flanneld.Backends {
+		o := Defaults()
+		o.Backend = b
+		y, err := Render(o)
+		if err != nil {
+			t.Fatalf("backend %s: %v", b, err)
+		}
+		nc, err := flanneld.ParseConfig([]byte(decodeStrict(t, y).cm.Data[KeyNetConf]))
+		if err != nil || nc.Backend.Type != b {
+			t.Errorf("backend %s: net-conf.json %+v (%v)", b, nc, err)
+		}
+	}
+}
+
 func TestValidateRejects(t *testing.T) {
 	for _, tc := range []struct {
 		mutate func(*Options)
