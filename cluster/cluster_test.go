@@ -175,7 +175,7 @@ func checkNothingLeft(t *testing.T, name, bin string) {
 }
 
 func TestUpPodsConnectDown(t *testing.T) {
-	for _, backend := range []string{"host-gw", "vxlan"} {
+	for _, backend := range cluster.Backends {
 		t.Run(backend, func(t *testing.T) {
 			name, dir, bin := upCluster(t, backend, "iptables")
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -213,6 +213,20 @@ func TestUpPodsConnectDown(t *testing.T) {
 					check(err == nil && strings.HasPrefix(reply, to.Name+":"), "%s -> %s: %q %v", from.Name, to.Name, reply, err)
 				}
 			}
+			if backend == cluster.BackendAlloc {
+				t.Run("vpc route deleted by hand is restored", func(t *testing.T) { repairVPCRoute(t, ctx, name, nodes) })
+				t.Run("status shows the vpc route table", func(t *testing.T) {
+					out, err := exec.Command(bin, "status", "--dir", dir).CombinedOutput()
+					if err != nil {
+						t.Fatalf("nodenet status: %v\n%s", err, out)
+					}
+					for _, n := range nodes {
+						if want := n.Spec.PodCIDR + " via " + strings.Split(n.Status.Addresses[0].Address, "/")[0]; !strings.Contains(string(out), want) {
+							t.Errorf("nodenet status shows no %q:\n%s", want, out)
+						}
+					}
+				})
+			}
 			if backend != "host-gw" {
 				return
 			}
@@ -247,6 +261,40 @@ func TestUpNFTablesDemo(t *testing.T) {
 		}
 	}
 	t.Logf("demo:\n%s", out.String())
+}
+
+// repairVPCRoute deletes each node's podCIDR route from the vpc router
+// and measures how long the controller manager's cloud routes take to put
+// it back (the reconcile period, 10 s, bounds it; the route watch makes it
+// milliseconds).
+func repairVPCRoute(t *testing.T, ctx context.Context, name string, nodes []corev1.Node) {
+	vpc := cluster.VPCNetns(name)
+	for _, n := range nodes {
+		route := func() string {
+			out, _ := exec.Command("ip", "-n", vpc, "route", "show", n.Spec.PodCIDR).Output()
+			return strings.TrimSpace(string(out))
+		}
+		want := route()
+		if want == "" {
+			t.Fatalf("the vpc router has no route for %s's podCIDR %s", n.Name, n.Spec.PodCIDR)
+		}
+		start := time.Now()
+		if out, err := exec.Command("ip", "-n", vpc, "route", "del", n.Spec.PodCIDR).CombinedOutput(); err != nil {
+			t.Fatalf("delete %s: %v: %s", n.Spec.PodCIDR, err, out)
+		}
+		for deadline := time.Now().Add(12 * time.Second); ; time.Sleep(time.Millisecond) {
+			if got := route(); got != "" {
+				if got != want {
+					t.Errorf("route restored as %q, was %q", got, want)
+				}
+				t.Logf("vpc route %q restored %s after its deletion", got, time.Since(start).Round(time.Millisecond))
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("vpc route for %s not restored within 12s (reconcile period 10s)", n.Spec.PodCIDR)
+			}
+		}
+	}
 }
 
 func badCommand(t *testing.T, ctx context.Context, cs kubernetes.Interface) {

@@ -423,6 +423,16 @@ func Status(ctx context.Context, dir string, out io.Writer) error {
 		}
 		fmt.Fprintf(out, "%-9s %-6v %-15s %s\n", n.Name, nodeReady(&n), ip, n.Spec.PodCIDR)
 	}
+	// The vpc router's table: with --backend alloc one route per node
+	// podCIDR (cloud routes), and one per LoadBalancer IP (lbroutes).
+	fmt.Fprintf(out, "\nVPC ROUTER (namespace %s, main table)\n", VPCNetns(st.Name))
+	if b, err := exec.CommandContext(ctx, "ip", "-n", VPCNetns(st.Name), "-4", "route", "show").Output(); err != nil {
+		fmt.Fprintf(out, "  (not readable: %v)\n", err)
+	} else {
+		for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+			fmt.Fprintf(out, "  %s\n", l)
+		}
+	}
 	pods, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err
