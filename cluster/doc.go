@@ -7,7 +7,10 @@
 //	nn-<c>-vpc        bridge "vpc0" 172.30.0.1/24 (the node network), the API
 //	                  server (bound to 172.30.0.1:6443) and the controller
 //	                  manager (node IPAM 10.244.0.0/16, EndpointSlices,
-//	                  scheduler, node lifecycle).
+//	                  scheduler, node lifecycle, DaemonSets; with backend
+//	                  alloc, cloud routes: this namespace is then the VPC
+//	                  router, forwarding between nodes with one route per
+//	                  node podCIDR, without ICMP redirects).
 //	nn-<c>-node-<i>   eth0 172.30.0.(10+i)/24, veth peer "n<i>" on vpc0;
 //	                  runs `nodenet agent`; flanneld and the proxy run as
 //	                  the pods of the nodenet DaemonSet (deploy.go).
