@@ -214,7 +214,7 @@ func TestEveryBackend(t *testing.T) {
 		if err != nil {
 			t.Fatalf("backend %s: %v", b, err)
 		}
-		nc, err := flanneld.ParseConfig([]byte(decodeStrict(t, y).cm.Data[KeyNetConf]))
+		nc, err := flanneld.ParseConfig([]byte(decodeStrict(t, y, 6).cm.Data[KeyNetConf]))
 		if err != nil || nc.Backend.Type != b {
 			t.Errorf("backend %s: net-conf.json %+v (%v)", b, nc, err)
 		}
