@@ -39,7 +39,14 @@ func (p *Proxy) Run(ctx context.Context, client kubernetes.Interface) error {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", p.cfg.NodeName).String()
 		}))
 	t := p.tracker
-	if _, err := svcInf.Core().V1().Services().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	// The first sync must see every Service and EndpointSlice: an
+	// informer's cache is synced before its handlers have been given the
+	// initial list, so what is waited for below is each handler's
+	// registration (a first sync from a partial snapshot would drop the
+	// missing Services' rules — and, after a mode switch, with the old
+	// mode's rules already gone).
+	var regs []cache.ResourceEventHandlerRegistration
+	svcReg, err := svcInf.Core().V1().Services().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { setService(t, o) },
 		UpdateFunc: func(_, o any) { setService(t, o) },
 		DeleteFunc: func(o any) {
@@ -47,10 +54,12 @@ func (p *Proxy) Run(ctx context.Context, client kubernetes.Interface) error {
 				t.DeleteService(svc.Namespace, svc.Name)
 			}
 		},
-	}); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("add service handler: %w", err)
 	}
-	if _, err := sliceInf.Discovery().V1().EndpointSlices().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	regs = append(regs, svcReg)
+	sliceReg, err := sliceInf.Discovery().V1().EndpointSlices().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { setSlice(t, o) },
 		UpdateFunc: func(_, o any) { setSlice(t, o) },
 		DeleteFunc: func(o any) {
@@ -58,17 +67,21 @@ func (p *Proxy) Run(ctx context.Context, client kubernetes.Interface) error {
 				t.DeleteEndpointSlice(sl)
 			}
 		},
-	}); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("add endpointslice handler: %w", err)
 	}
+	regs = append(regs, sliceReg)
 	if p.cfg.NodeName != "" {
-		if _, err := nodeInf.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		nodeReg, err := nodeInf.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(o any) { setNode(t, o) },
 			UpdateFunc: func(_, o any) { setNode(t, o) },
 			DeleteFunc: func(any) { t.SetNode(nil) },
-		}); err != nil {
+		})
+		if err != nil {
 			return fmt.Errorf("add node handler: %w", err)
 		}
+		regs = append(regs, nodeReg)
 	}
 	for _, fac := range []informers.SharedInformerFactory{svcInf, sliceInf, nodeInf} {
 		fac.Start(ctx.Done())
@@ -88,6 +101,16 @@ func (p *Proxy) Run(ctx context.Context, client kubernetes.Interface) error {
 				return fmt.Errorf("wait for %v cache: %w", typ, errors.New("not synced"))
 			}
 		}
+	}
+	synced := make([]cache.InformerSynced, len(regs))
+	for i, r := range regs {
+		synced[i] = r.HasSynced
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return errors.New("wait for the informers' handlers: not synced")
 	}
 	p.log.Info("caches synced; syncing data plane", "node", p.cfg.NodeName)
 	p.RunLoop(ctx)
