@@ -1,0 +1,50 @@
+package ebpf
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cilium/ebpf"
+)
+
+// table is the part of a BPF hash map a sync uses: *ebpf.Map in the kernel
+// (kernelTable), a stateful fake in unit tests. The contract test runs the
+// same syncs against both.
+type table[K comparable, V any] interface {
+	// Put creates or replaces k.
+	Put(k K, v V) error
+	// Delete removes k; a missing k is not an error.
+	Delete(k K) error
+	// All reads every entry.
+	All() (map[K]V, error)
+}
+
+type kernelTable[K comparable, V any] struct{ m *ebpf.Map }
+
+func (t kernelTable[K, V]) Put(k K, v V) error {
+	if err := t.m.Update(&k, &v, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("update map %s: %w", t.m, err)
+	}
+	return nil
+}
+
+func (t kernelTable[K, V]) Delete(k K) error {
+	if err := t.m.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("delete from map %s: %w", t.m, err)
+	}
+	return nil
+}
+
+func (t kernelTable[K, V]) All() (map[K]V, error) {
+	out := map[K]V{}
+	var k K
+	var v V
+	it := t.m.Iterate()
+	for it.Next(&k, &v) {
+		out[k] = v
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read map %s: %w", t.m, err)
+	}
+	return out, nil
+}
