@@ -39,7 +39,12 @@ func (p *Proxy) Run(ctx context.Context, client kubernetes.Interface) error {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", p.cfg.NodeName).String()
 		}))
 	t := p.tracker
-	if _, err := svcInf.Core().V1().Services().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	// The first sync is a full one and removes what it does not see, so it
+	// waits until the handlers (not just the caches) have seen every
+	// object: otherwise a restart briefly drops the services whose events
+	// were still queued.
+	var handlers []cache.InformerSynced
+	reg, err := svcInf.Core().V1().Services().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { setService(t, o) },
 		UpdateFunc: func(_, o any) { setService(t, o) },
 		DeleteFunc: func(o any) {
@@ -47,10 +52,12 @@ func (p *Proxy) Run(ctx context.Context, client kubernetes.Interface) error {
 				t.DeleteService(svc.Namespace, svc.Name)
 			}
 		},
-	}); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("add service handler: %w", err)
 	}
-	if _, err := sliceInf.Discovery().V1().EndpointSlices().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	handlers = append(handlers, reg.HasSynced)
+	reg, err = sliceInf.Discovery().V1().EndpointSlices().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { setSlice(t, o) },
 		UpdateFunc: func(_, o any) { setSlice(t, o) },
 		DeleteFunc: func(o any) {
@@ -58,17 +65,21 @@ func (p *Proxy) Run(ctx context.Context, client kubernetes.Interface) error {
 				t.DeleteEndpointSlice(sl)
 			}
 		},
-	}); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("add endpointslice handler: %w", err)
 	}
+	handlers = append(handlers, reg.HasSynced)
 	if p.cfg.NodeName != "" {
-		if _, err := nodeInf.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		reg, err := nodeInf.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(o any) { setNode(t, o) },
 			UpdateFunc: func(_, o any) { setNode(t, o) },
 			DeleteFunc: func(any) { t.SetNode(nil) },
-		}); err != nil {
+		})
+		if err != nil {
 			return fmt.Errorf("add node handler: %w", err)
 		}
+		handlers = append(handlers, reg.HasSynced)
 	}
 	for _, fac := range []informers.SharedInformerFactory{svcInf, sliceInf, nodeInf} {
 		fac.Start(ctx.Done())
@@ -88,6 +99,12 @@ func (p *Proxy) Run(ctx context.Context, client kubernetes.Interface) error {
 				return fmt.Errorf("wait for %v cache: %w", typ, errors.New("not synced"))
 			}
 		}
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), handlers...) {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return errors.New("wait for event handlers: not synced")
 	}
 	p.log.Info("caches synced; syncing data plane", "node", p.cfg.NodeName)
 	p.RunLoop(ctx)
