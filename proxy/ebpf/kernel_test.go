@@ -44,8 +44,8 @@ func newKernelEnv(t *testing.T) *kernelEnv {
 	k.Env = proxytest.NewEnv(t, func(t testing.TB, _ *nettest.NS, f proxy.Family) proxy.DataPlane {
 		return k.dataPlane(f)
 	})
-	k.pins = testBPFFS(t)
-	k.cgroup = testCgroup(t)
+	k.pins = nettest.BPFFS(t)
+	k.cgroup = nettest.Cgroup(t)
 	t.Cleanup(func() {
 		for _, f := range []proxy.Family{proxy.IPv4, proxy.IPv6} {
 			if err := k.dataPlane(f).Cleanup(context.Background()); err != nil {
