@@ -89,6 +89,8 @@ func TestKernelSocketLB(t *testing.T) {
 	}{
 		{"ClusterIPReachesBothEndpoints", clusterIPReachesBothEndpoints},
 		{"IPv6ClusterIPReachesBothEndpoints", ipv6ClusterIPReachesBothEndpoints},
+		{"DualStackServiceAnswersPerFamily", dualStackServiceAnswersPerFamily},
+		{"PodReachesItselfThroughItsService", podReachesItselfThroughItsService},
 		{"PeerIsTheServiceAddress", peerIsTheServiceAddress},
 		{"UnconnectedUDPRepliesComeFromTheVIP", unconnectedUDPRepliesComeFromTheVIP},
 		{"NoEndpointsIsRefusedImmediately", noEndpointsIsRefusedImmediately},
@@ -124,6 +126,44 @@ func ipv6ClusterIPReachesBothEndpoints(t *testing.T, k *kernelEnv) {
 	svc := k.CreateService(t, spec)
 	k.SetEndpoints(t, svc, proxytest.TCPPort, proxytest.Pod1v6, proxytest.Pod2v6)
 	k.waitBoth(t, clusterIP(svc))
+}
+
+// dualStackServiceAnswersPerFamily: each family's ClusterIP of one Service
+// is translated by that family's programs from that family's slice.
+func dualStackServiceAnswersPerFamily(t *testing.T, k *kernelEnv) {
+	spec := proxytest.Service("dual", v1.ProtocolTCP, proxytest.TCPPort)
+	policy := v1.IPFamilyPolicyRequireDualStack
+	spec.Spec.IPFamilyPolicy = &policy
+	svc := k.CreateService(t, spec)
+	if len(svc.Spec.ClusterIPs) != 2 {
+		t.Fatalf("clusterIPs %v", svc.Spec.ClusterIPs)
+	}
+	k.SetEndpoints(t, svc, proxytest.TCPPort, proxytest.Pod1)
+	k.SetEndpoints(t, svc, proxytest.TCPPort, proxytest.Pod2v6)
+	for i, want := range []string{"pod1", "pod2"} {
+		addr := net.JoinHostPort(svc.Spec.ClusterIPs[i], fmt.Sprint(proxytest.TCPPort))
+		proxytest.Eventually(t, wait, want+" behind "+addr, func() error {
+			r, err := k.dial(addr)
+			if err == nil && r.Backend != want {
+				err = fmt.Errorf("answered by %s", r.Backend)
+			}
+			return err
+		})
+	}
+}
+
+// podReachesItselfThroughItsService: the socket is translated to the pod's
+// own address, so no hairpin NAT is needed at all.
+func podReachesItselfThroughItsService(t *testing.T, k *kernelEnv) {
+	svc := k.CreateService(t, proxytest.Service("hairpin", v1.ProtocolTCP, proxytest.TCPPort))
+	k.SetEndpoints(t, svc, proxytest.TCPPort, proxytest.Pod1)
+	proxytest.Eventually(t, wait, "pod1 through its own service", func() error {
+		r, err := proxytest.DialTCP(k.Pod1, clusterIP(svc), time.Second)
+		if err == nil && (r.Backend != "pod1" || !strings.HasPrefix(r.Peer, proxytest.Pod1IP+":")) {
+			err = fmt.Errorf("answered by %s, which saw %s", r.Backend, r.Peer)
+		}
+		return err
+	})
 }
 
 // peerIsTheServiceAddress: getpeername on a translated TCP socket shows the
@@ -203,7 +243,7 @@ func noEndpointsIsRefusedImmediately(t *testing.T, k *kernelEnv) {
 	svc := k.CreateService(t, proxytest.Service("empty", v1.ProtocolTCP, proxytest.TCPPort))
 	proxytest.Eventually(t, wait, "connection refused at "+clusterIP(svc), func() error {
 		start := time.Now()
-		_, err := proxytest.DialTCP(k.Client, clusterIP(svc), 3*time.Second)
+		_, err := proxytest.DialTCP(k.Client, clusterIP(svc), time.Second)
 		if !errors.Is(err, syscall.ECONNREFUSED) {
 			return fmt.Errorf("dial: %v", err)
 		}

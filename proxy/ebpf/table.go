@@ -35,16 +35,26 @@ func (t kernelTable[K, V]) Delete(k K) error {
 	return nil
 }
 
+// All reads the map in batches of batchSize (two syscalls per entry with
+// a plain iteration: 0.27 s of a 10,000-service restart sync).
 func (t kernelTable[K, V]) All() (map[K]V, error) {
 	out := map[K]V{}
-	var k K
-	var v V
-	it := t.m.Iterate()
-	for it.Next(&k, &v) {
-		out[k] = v
+	keys, vals := make([]K, batchSize), make([]V, batchSize)
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := t.m.BatchLookup(&cursor, keys, vals, nil)
+		for i := range n {
+			out[keys[i]] = vals[i]
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read map %s: %w", t.m, err)
+		}
 	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("read map %s: %w", t.m, err)
-	}
-	return out, nil
 }
+
+// batchSize bounds one batch lookup; a hash bucket holding more entries
+// than this would fail it with ENOSPC, which takes thousands of collisions.
+const batchSize = 4096
