@@ -36,6 +36,16 @@ type state struct {
 	nSlots  int // backends entries owned
 	written int // updates and deletes of the current sync
 	failed  []error
+	// pending holds the entry points a full sync creates, written in two
+	// batches at its end (backends, then services): a cold start or a
+	// first sync is then a few syscalls instead of one per entry.
+	pending  []pendingVIP
+	batching bool
+}
+
+type pendingVIP struct {
+	owner proxy.ServicePortName
+	e     entry
 }
 
 func newState(f proxy.Family, services table[svcKey, svcValue], backends table[backendKey, addrPort], log *slog.Logger) *state {
@@ -64,6 +74,7 @@ func (s *state) full(snap *proxy.Snapshot) error {
 		return err
 	}
 	want := map[svcKey]bool{}
+	s.batching = true
 	for _, name := range snap.SortedNames() {
 		var keys []svcKey
 		for _, e := range entries(snap, snap.Services[name]) {
@@ -78,6 +89,7 @@ func (s *state) full(snap *proxy.Snapshot) error {
 		}
 		s.setOwned(name, keys)
 	}
+	s.flush()
 	for _, k := range slices.Collect(maps.Keys(s.vips)) {
 		if !want[k] {
 			if err := s.remove(k); err != nil {
@@ -120,6 +132,48 @@ func (s *state) partial(snap *proxy.Snapshot, changed proxy.ChangeSet) error {
 		s.setOwned(name, keys)
 	}
 	return s.lastErr()
+}
+
+// flush writes the pending new entry points: all their backends, then all
+// their services entries. If a batch fails (a map filled up) it writes them
+// one by one, so only the entry points that do not fit are skipped; the
+// backends a failed batch left behind are removed by the next full sync.
+func (s *state) flush() {
+	pend := s.pending
+	s.pending, s.batching = nil, false
+	var bks []backendKey
+	var bes []addrPort
+	sks := make([]svcKey, len(pend))
+	svs := make([]svcValue, len(pend))
+	vs := make([]*vip, len(pend))
+	for i, p := range pend {
+		id := s.nextID
+		s.nextID++
+		slots := assignSlots(nil, p.e.backends)
+		for slot, b := range slots {
+			bks = append(bks, backendKey{Id: id, Slot: uint32(slot)})
+			bes = append(bes, b)
+		}
+		sks[i] = p.e.key
+		svs[i] = svcValue{Id: id, Count: uint32(len(slots)), Flags: p.e.flags, Affinity: p.e.affinity}
+		vs[i] = &vip{owner: p.owner, val: svs[i], slots: slots}
+	}
+	err := putAll(s.backends, bks, bes)
+	if err == nil {
+		err = putAll(s.services, sks, svs)
+	}
+	if err != nil {
+		s.log.Warn("batched map write failed, writing entry by entry", "err", err)
+		for _, p := range pend {
+			s.write(p.owner, p.e)
+		}
+		return
+	}
+	s.written += len(bks) + len(sks)
+	for i, v := range vs {
+		s.vips[sks[i]] = v
+		s.nSlots += len(v.slots)
+	}
 }
 
 func (s *state) setOwned(name proxy.ServicePortName, keys []svcKey) {
@@ -173,6 +227,10 @@ func (s *state) readKernel() ([]backendKey, error) {
 func (s *state) write(owner proxy.ServicePortName, e entry) bool {
 	v := s.vips[e.key]
 	isNew := v == nil
+	if isNew && s.batching {
+		s.pending = append(s.pending, pendingVIP{owner, e})
+		return true
+	}
 	if isNew {
 		v = &vip{val: svcValue{Id: s.nextID}}
 		s.nextID++

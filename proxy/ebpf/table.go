@@ -19,7 +19,40 @@ type table[K comparable, V any] interface {
 	All() (map[K]V, error)
 }
 
+// batchPutter is a table that writes many entries in one call.
+type batchPutter[K comparable, V any] interface {
+	PutBatch(keys []K, vals []V) error
+}
+
+// putAll writes keys[i] = vals[i] in one call where t can, else one by
+// one; on error some entries may have been written.
+func putAll[K comparable, V any](t table[K, V], keys []K, vals []V) error {
+	if len(keys) == 0 {
+		return nil
+	}
+	if b, ok := t.(batchPutter[K, V]); ok {
+		return b.PutBatch(keys, vals)
+	}
+	for i := range keys {
+		if err := t.Put(keys[i], vals[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 type kernelTable[K comparable, V any] struct{ m *ebpf.Map }
+
+// PutBatch is one BPF_MAP_UPDATE_BATCH per batchSize entries.
+func (t kernelTable[K, V]) PutBatch(keys []K, vals []V) error {
+	for start := 0; start < len(keys); start += batchSize {
+		end := min(start+batchSize, len(keys))
+		if _, err := t.m.BatchUpdate(keys[start:end], vals[start:end], nil); err != nil {
+			return fmt.Errorf("batch update map %s: %w", t.m, err)
+		}
+	}
+	return nil
+}
 
 func (t kernelTable[K, V]) Put(k K, v V) error {
 	if err := t.m.Update(&k, &v, ebpf.UpdateAny); err != nil {
