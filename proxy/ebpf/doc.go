@@ -51,8 +51,9 @@
 // map operations. A full sync reads both maps back first and rewrites only
 // what differs, so it converges on whatever the kernel holds (a restart,
 // a failed sync) and writes nothing when nothing changed. Entry points a
-// full sync creates go in two batch updates (backends, then services). A services map
-// that is full skips the entry point with a log line (E2BIG), not the sync.
+// full sync creates go in two batch updates (backends, then services). A
+// services map that is full skips the entry point with a log line (E2BIG),
+// not the sync.
 //
 // # Pins, restart, cleanup
 //
