@@ -5,7 +5,7 @@ GO        ?= go
 BIN       := bin
 STATE     ?= /tmp/nodenet
 PKGS      := ./...
-APT_PKGS  := iptables nftables iproute2 conntrack ipset containernetworking-plugins
+APT_PKGS  := iptables nftables iproute2 conntrack ipset containernetworking-plugins clang llvm libbpf-dev
 export GOTOOLCHAIN := local
 
 .PHONY: all build run test test-short bench lint clean deps check-deps upstream image

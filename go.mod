@@ -3,6 +3,7 @@ module github.com/nodenet/nodenet
 go 1.26.8
 
 require (
+	github.com/cilium/ebpf v0.22.0
 	github.com/containernetworking/cni v1.3.1
 	github.com/google/gnostic-models v0.7.0
 	github.com/prometheus/client_golang v1.25.0

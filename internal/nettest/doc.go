@@ -24,6 +24,10 @@
 // moved back it is retired instead of being handed, in a foreign
 // namespace, to unrelated goroutines.
 //
+// Cgroup and BPFFS give eBPF tests a throwaway cgroup v2 child holding the
+// test process (programs attach there, never to a root cgroup) and a
+// private bpf filesystem for pins; both go at cleanup.
+//
 // Use CheckNoLeaks from TestMain to catch namespaces that outlive a test
 // binary.
 package nettest

@@ -1,0 +1,301 @@
+package ebpf
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"github.com/nodenet/nodenet/proxy"
+)
+
+// The core takes a DataPlane as a proxy.DataPlane and finds its integrity
+// check by a type assertion; these make a drifting signature a compile
+// error.
+var (
+	_ proxy.DataPlane        = (*DataPlane)(nil)
+	_ proxy.IntegrityChecker = (*DataPlane)(nil)
+)
+
+// DefaultPinRoot is where pins go unless Config.PinDir says otherwise: one
+// directory per family below it.
+const DefaultPinRoot = "/sys/fs/bpf/nodenet"
+
+// Config places one family's data plane.
+type Config struct {
+	Family proxy.Family
+	// Cgroup is the cgroup v2 directory whose sockets (and its
+	// descendants') are load-balanced. The root cgroup is refused: the
+	// programs attach only where nodenet owns the processes.
+	Cgroup string
+	// PinDir is a directory on a bpf filesystem for this family's maps and
+	// links; "" means DefaultPinRoot/ipv4 or /ipv6.
+	PinDir string
+	Log    *slog.Logger
+}
+
+// hook is one program and where it attaches.
+type hook struct {
+	prog   string
+	attach ebpf.AttachType
+}
+
+// hooks per family: the names are the C functions (and the link pins'
+// suffixes).
+var hooks = map[proxy.Family][]hook{
+	proxy.IPv4: {
+		{socklbProgConnect4, ebpf.AttachCGroupInet4Connect},
+		{socklbProgSendmsg4, ebpf.AttachCGroupUDP4Sendmsg},
+		{socklbProgRecvmsg4, ebpf.AttachCGroupUDP4Recvmsg},
+		{socklbProgGetpeername4, ebpf.AttachCgroupInet4GetPeername},
+	},
+	proxy.IPv6: {
+		{socklbProgConnect6, ebpf.AttachCGroupInet6Connect},
+		{socklbProgSendmsg6, ebpf.AttachCGroupUDP6Sendmsg},
+		{socklbProgRecvmsg6, ebpf.AttachCGroupUDP6Recvmsg},
+		{socklbProgGetpeername6, ebpf.AttachCgroupInet6GetPeername},
+	},
+}
+
+// DataPlane is the ebpf proxy.DataPlane for one family. The programs are
+// loaded and attached on the first Sync (so Cleanup on a fresh DataPlane
+// touches nothing it does not remove); later syncs only update maps.
+type DataPlane struct {
+	cfg   Config
+	log   *slog.Logger
+	maps  []*ebpf.Map // open while loaded, closed by Close/Cleanup
+	state *state
+}
+
+// New returns a data plane; it does not touch the kernel.
+func New(cfg Config) *DataPlane {
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.PinDir == "" {
+		cfg.PinDir = filepath.Join(DefaultPinRoot, familyDir(cfg.Family))
+	}
+	return &DataPlane{cfg: cfg, log: cfg.Log.With("family", cfg.Family)}
+}
+
+func familyDir(f proxy.Family) string {
+	if f == proxy.IPv6 {
+		return "ipv6"
+	}
+	return "ipv4"
+}
+
+// Name implements proxy.DataPlane.
+func (d *DataPlane) Name() string { return "ebpf" }
+
+// PinDir is where this data plane pins its maps and links.
+func (d *DataPlane) PinDir() string { return d.cfg.PinDir }
+
+// Sync implements proxy.DataPlane: map updates only, once loaded.
+func (d *DataPlane) Sync(ctx context.Context, snap *proxy.Snapshot, changed proxy.ChangeSet) (proxy.SyncResult, error) {
+	if d.state == nil {
+		if err := d.load(); err != nil {
+			return proxy.SyncResult{}, err
+		}
+		changed = proxy.ChangeSet{Full: true}
+	}
+	res, err := d.state.sync(snap, changed)
+	if err != nil {
+		return res, fmt.Errorf("sync %s BPF maps: %w", d.cfg.Family, err)
+	}
+	return res, nil
+}
+
+// load opens (or creates) the pinned maps, loads the programs and attaches
+// them to the cgroup; links already pinned by an earlier process are
+// switched to the new programs in place, so sockets are translated without
+// a gap across a restart.
+func (d *DataPlane) load() (err error) {
+	if err := checkCgroup(d.cfg.Cgroup); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(d.cfg.PinDir, 0o700); err != nil {
+		return fmt.Errorf("create pin directory: %w", err)
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(d.cfg.PinDir, &fs); err != nil {
+		return fmt.Errorf("statfs %s: %w", d.cfg.PinDir, err)
+	}
+	if fs.Type != unix.BPF_FS_MAGIC {
+		return fmt.Errorf("pin directory %s is not on a bpf filesystem (mount -t bpf bpf /sys/fs/bpf)", d.cfg.PinDir)
+	}
+	spec, err := loadSocklb()
+	if err != nil {
+		return err
+	}
+	want := map[string]bool{}
+	for _, h := range hooks[d.cfg.Family] {
+		want[h.prog] = true
+	}
+	for name := range spec.Programs {
+		if !want[name] {
+			delete(spec.Programs, name)
+		}
+	}
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: d.cfg.PinDir}})
+	if err != nil {
+		var ve *ebpf.VerifierError
+		if errors.As(err, &ve) {
+			return fmt.Errorf("load BPF programs (the verifier's last lines follow): %+v", ve)
+		}
+		return fmt.Errorf("load BPF programs and pinned maps from %s: %w", d.cfg.PinDir, err)
+	}
+	// The links keep the programs; only the maps stay open here.
+	defer func() {
+		for _, p := range coll.Programs {
+			p.Close()
+		}
+		if err != nil {
+			for _, m := range coll.Maps {
+				m.Close()
+			}
+		}
+	}()
+	if err := d.attach(coll); err != nil {
+		return err
+	}
+	svcs, bes := coll.Maps[socklbMapServices], coll.Maps[socklbMapBackends]
+	d.maps = []*ebpf.Map{svcs, bes, coll.Maps[socklbMapReverse], coll.Maps[socklbMapAffinity]}
+	d.state = newState(d.cfg.Family, kernelTable[svcKey, svcValue]{svcs}, kernelTable[backendKey, addrPort]{bes}, d.log)
+	return nil
+}
+
+// attach attaches every hook of the family, updating pinned links in place.
+// A failure detaches the links this call created.
+func (d *DataPlane) attach(coll *ebpf.Collection) (err error) {
+	var created []link.Link
+	defer func() {
+		if err != nil {
+			for _, l := range created {
+				_ = l.Unpin()
+				l.Close()
+			}
+		}
+	}()
+	for _, h := range hooks[d.cfg.Family] {
+		prog := coll.Programs[h.prog]
+		pin := d.linkPin(h.prog)
+		l, err := link.LoadPinnedLink(pin, nil)
+		switch {
+		case err == nil:
+			err = l.Update(prog)
+			l.Close()
+			if err != nil {
+				return fmt.Errorf("update pinned link %s: %w", pin, err)
+			}
+			continue
+		case !errors.Is(err, os.ErrNotExist):
+			return fmt.Errorf("open pinned link %s: %w", pin, err)
+		}
+		l, err = link.AttachCgroup(link.CgroupOptions{Path: d.cfg.Cgroup, Attach: h.attach, Program: prog})
+		if err != nil {
+			return fmt.Errorf("attach %s to cgroup %s: %w", h.prog, d.cfg.Cgroup, err)
+		}
+		created = append(created, l)
+		if err := l.Pin(pin); err != nil {
+			return fmt.Errorf("pin link %s: %w", pin, err)
+		}
+	}
+	for _, l := range created {
+		l.Close() // the pin keeps it attached
+	}
+	return nil
+}
+
+func (d *DataPlane) linkPin(prog string) string { return filepath.Join(d.cfg.PinDir, "link-"+prog) }
+
+// checkCgroup accepts a cgroup v2 directory other than a hierarchy's root
+// (only non-root cgroups have cgroup.type).
+func checkCgroup(dir string) error {
+	if dir == "" {
+		return errors.New("no cgroup to attach the socket programs to")
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err != nil {
+		return fmt.Errorf("statfs cgroup %s: %w", dir, err)
+	}
+	if fs.Type != unix.CGROUP2_SUPER_MAGIC {
+		return fmt.Errorf("%s is not a cgroup v2 directory", dir)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "cgroup.type")); err != nil {
+		return fmt.Errorf("refusing cgroup %s: not a child cgroup (the root cgroup would translate every process's sockets): %w", dir, err)
+	}
+	return nil
+}
+
+// Intact implements proxy.IntegrityChecker: every link pin is still there
+// (a `rm -r` of the pin directory or another mode's cleanup removes them).
+func (d *DataPlane) Intact(ctx context.Context) (bool, error) {
+	if d.state == nil {
+		return true, nil
+	}
+	for _, h := range hooks[d.cfg.Family] {
+		if _, err := os.Stat(d.linkPin(h.prog)); err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				// Reload on the next sync: the core repairs with a full one.
+				d.Close()
+				return false, nil
+			}
+			return false, err
+		}
+	}
+	return true, nil
+}
+
+// Close releases this process's map handles; pinned state stays and keeps
+// serving.
+func (d *DataPlane) Close() {
+	for _, m := range d.maps {
+		m.Close()
+	}
+	d.maps, d.state = nil, nil
+}
+
+// Cleanup implements proxy.DataPlane: it detaches and unpins every link and
+// removes the pinned maps and the pin directory, whichever process pinned
+// them. Nothing pinned is success.
+func (d *DataPlane) Cleanup(ctx context.Context) error {
+	d.Close()
+	ents, err := os.ReadDir(d.cfg.PinDir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read pin directory: %w", err)
+	}
+	var errs []error
+	for _, e := range ents {
+		p := filepath.Join(d.cfg.PinDir, e.Name())
+		if l, err := link.LoadPinnedLink(p, nil); err == nil {
+			// Unpinned and closed, the link's last reference is gone:
+			// the kernel detaches it.
+			if err := l.Unpin(); err != nil {
+				errs = append(errs, fmt.Errorf("unpin link %s: %w", p, err))
+			}
+			l.Close()
+			continue
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, fmt.Errorf("remove pin %s: %w", p, err))
+		}
+	}
+	if err := os.Remove(d.cfg.PinDir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		errs = append(errs, fmt.Errorf("remove pin directory: %w", err))
+	}
+	// The shared parent goes with the last family.
+	if parent := filepath.Dir(d.cfg.PinDir); parent == DefaultPinRoot {
+		_ = os.Remove(parent)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,66 @@
+package ebpf
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nodenet/nodenet/proxy"
+)
+
+// dump renders the service and backend maps one entry point a line,
+// sorted, so a person (and a golden test) can read what the programs see:
+//
+//	tcp 10.96.0.10:53 -> 10.244.1.2:53 10.244.2.2:53
+//	tcp 10.96.0.11:80 affinity=3h0m0s -> 10.244.1.3:80
+//	udp 10.96.0.12:53 -> refused
+//
+// Backends are listed in slot order; a slot missing from the backends map
+// shows as "<missing>".
+func dump(f proxy.Family, services table[svcKey, svcValue], backends table[backendKey, addrPort]) (string, error) {
+	svcs, err := services.All()
+	if err != nil {
+		return "", err
+	}
+	bes, err := backends.All()
+	if err != nil {
+		return "", err
+	}
+	protoNames := map[uint8]string{}
+	for p, n := range protoNumbers {
+		protoNames[n] = p.Lower()
+	}
+	var lines []string
+	for k, v := range svcs {
+		var b strings.Builder
+		fmt.Fprintf(&b, "%s %s", protoNames[k.Proto], netipAddrPort(k.Addr, k.Port, f))
+		if v.Flags&flagAffinity != 0 {
+			fmt.Fprintf(&b, " affinity=%v", time.Duration(v.Affinity)*time.Second)
+		}
+		b.WriteString(" ->")
+		if v.Count == 0 {
+			b.WriteString(" refused")
+		}
+		for i := range v.Count {
+			be, ok := bes[backendKey{Id: v.Id, Slot: i}]
+			if !ok {
+				b.WriteString(" <missing>")
+				continue
+			}
+			fmt.Fprintf(&b, " %s", netipAddrPort(be.Addr, be.Port, f))
+		}
+		lines = append(lines, b.String())
+	}
+	slices.Sort(lines)
+	return strings.Join(lines, "\n"), nil
+}
+
+// Dump shows this data plane's service table (see dump); it needs a first
+// Sync to have opened the maps.
+func (d *DataPlane) Dump() (string, error) {
+	if d.state == nil {
+		return "", fmt.Errorf("%s data plane not loaded yet", d.cfg.Family)
+	}
+	return dump(d.cfg.Family, d.state.services, d.state.backends)
+}
