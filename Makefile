@@ -5,7 +5,10 @@ GO        ?= go
 BIN       := bin
 STATE     ?= /tmp/nodenet
 PKGS      := ./...
-APT_PKGS  := iptables nftables iproute2 conntrack ipset containernetworking-plugins clang llvm libbpf-dev
+# RUN_PKGS is what a local cluster needs (the daemons' userland, portmap);
+# the tests also build and check the eBPF programs (clang, libbpf-dev).
+RUN_PKGS  := iptables nftables iproute2 conntrack containernetworking-plugins
+APT_PKGS  := $(RUN_PKGS) ipset clang llvm libbpf-dev
 export GOTOOLCHAIN := local
 
 .PHONY: all build run test test-short bench lint clean deps check-deps upstream image
@@ -33,7 +36,8 @@ DEMO_EXIT ?=
 # API_PORT: the root namespace's port for the API server (default 6443).
 LB_IP_POOL ?=
 API_PORT ?=
-run: deps build
+run: build
+	@./hack/deps.sh $(RUN_PKGS)
 	./$(BIN)/nodenet up --nodes $(NODES) --backend $(BACKEND) --proxy-mode $(PROXY_MODE) --dir $(STATE) --demo $(if $(DEMO_EXIT),--demo-exit) \
 		$(if $(LB_IP_POOL),--lb-ip-pool $(LB_IP_POOL)) $(if $(API_PORT),--api-port $(API_PORT))
 
