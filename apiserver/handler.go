@@ -140,7 +140,11 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, req *apiRequest) {
 	fromCache := cont == "" && ((rv == "0" && match != "Exact") || (rev > 0 && match == "NotOlderThan") || (rev > 0 && match == "" && limit == 0))
 	if fromCache {
 		var cacheRev int64
-		items, cacheRev, err = req.res.cache.List(r.Context(), prefix, rev, sel.filter())
+		minRev := rev
+		if rv == "0" {
+			minRev = req.res.store.LastWrite()
+		}
+		items, cacheRev, err = req.res.cache.List(r.Context(), prefix, minRev, sel.filter())
 		if err != nil {
 			s.fail(w, r, s.storageError(req, err))
 			return

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -36,7 +37,16 @@ type Store struct {
 	newObj func() runtime.Object
 	// Observe, when set, is told how long each etcd call took.
 	Observe func(op string, seconds float64)
+	// lastWrite is the highest revision a write through this store
+	// committed: what a cache read must not be older than (LastWrite).
+	lastWrite atomic.Int64
 }
+
+// LastWrite is the revision of this store's latest committed write. A
+// cache read at "any" version (resourceVersion=0) waits for it, so a
+// client never lists from the cache without a write the server already
+// answered (the watch cache lags etcd by its event delivery).
+func (s *Store) LastWrite() int64 { return s.lastWrite.Load() }
 
 // NewStore returns a store for objects of kind gvk kept under prefix.
 func NewStore(client *clientv3.Client, prefix string, gvk schema.GroupVersionKind, newObj func() runtime.Object) *Store {
@@ -219,6 +229,12 @@ func (s *Store) txn(ctx context.Context, cmps []clientv3.Cmp, ops []clientv3.Op,
 		return nil, fmt.Errorf("etcd txn on %s: %w", key, err)
 	}
 	if resp.Succeeded {
+		for rev := resp.Header.Revision; ; {
+			cur := s.lastWrite.Load()
+			if rev <= cur || s.lastWrite.CompareAndSwap(cur, rev) {
+				break
+			}
+		}
 		return resp, nil
 	}
 	var curRev int64
