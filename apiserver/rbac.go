@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -74,6 +75,7 @@ func (a serviceAccountRBAC) rules(u user, namespace string) authorizationv1.Subj
 // visitRules calls f with every rule granted to u in namespace ("" for
 // cluster-wide rules only) until f returns false.
 func (a serviceAccountRBAC) visitRules(u user, namespace string, f func(binding string, r rbacv1.PolicyRule) bool) {
+	a.catchUp()
 	for _, o := range a.cached("clusterrolebindings", "") {
 		b := o.(*rbacv1.ClusterRoleBinding)
 		if bindsUser(b.Subjects, u, "") && !visitRole(a.role(b.RoleRef, ""), "ClusterRoleBinding "+b.Name, f) {
@@ -98,6 +100,20 @@ func visitRole(rules []rbacv1.PolicyRule, binding string, f func(string, rbacv1.
 		}
 	}
 	return true
+}
+
+// catchUp waits (briefly) until the RBAC caches hold this server's last
+// write to each RBAC resource, so a binding the server has acknowledged is
+// in force for the next request. Caught-up caches return at once.
+func (a serviceAccountRBAC) catchUp() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for _, plural := range []string{"clusterrolebindings", "rolebindings", "clusterroles", "roles"} {
+		res := a.s.byGV[rbacV1][plural]
+		if err := res.cache.WaitRevision(ctx, res.store.LastWrite()); err != nil {
+			a.s.log.Warn("RBAC: watch cache behind the last write", "resource", plural, "err", err)
+		}
+	}
 }
 
 // cached lists a resource of rbac.authorization.k8s.io from its watch

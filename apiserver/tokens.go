@@ -16,6 +16,7 @@ package apiserver
 // tokens die with.
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"time"
@@ -196,6 +197,16 @@ func (s *Server) serviceAccountUser(token string) (user, error) {
 // terminating for longer than deletedPodGrace.
 func alive(c *storage.Cache, st *storage.Store, namespace string, ref satoken.Ref) error {
 	obj := c.Get(st.Key(namespace, ref.Name))
+	if m, ok := obj.(metav1.Object); obj == nil || ok && string(m.GetUID()) != ref.UID {
+		// The cache may not have this server's latest write yet (an
+		// account created a moment ago): wait for it before refusing.
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err := c.WaitRevision(ctx, st.LastWrite())
+		cancel()
+		if err == nil {
+			obj = c.Get(st.Key(namespace, ref.Name))
+		}
+	}
 	if obj == nil {
 		return fmt.Errorf("%w: deleted", satoken.ErrInvalid)
 	}

@@ -496,6 +496,14 @@ func (c *Cache) WaitRevision(ctx context.Context, rev int64) error {
 	if err := c.WaitSynced(ctx); err != nil {
 		return err
 	}
+	// A cache that is caught up (nearly always) answers under the read
+	// lock, so callers on every request do not serialise.
+	c.mu.RLock()
+	done := c.rev >= rev
+	c.mu.RUnlock()
+	if done {
+		return nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.waitFor(ctx, rev)
