@@ -26,6 +26,7 @@ func runManifest(_ context.Context, args []string) error {
 	fs.Var(newCIDRsFlag(&o.ClusterCIDRs, cidrlist.DualStack), "cluster-cidr", "pod network(s), one per family, comma-separated")
 	fs.Var(&nodePortFlag{dst: &o.NodePortAddresses}, "nodeport-addresses", `CIDRs whose local addresses accept NodePorts, or "primary"; default all`)
 	fs.StringVar(&o.Image, "image", o.Image, "the nodenet image (make image builds it)")
+	fs.StringVar(&o.APIServer, "api-server", "", "HOST:PORT the daemons reach the API server at (needed where nodenet's proxy replaces kube-proxy: the kubernetes Service's ClusterIP needs a running proxy); default: in-cluster config")
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "namespace of the DaemonSet, its ServiceAccount and ConfigMap")
 	cleanup := fs.Bool("cleanup", false, "print the uninstall manifest instead: a DaemonSet running `nodenet cleanup` on every node (apply it after deleting nodenet.yaml)")
 	if err := fs.Parse(args); err != nil {

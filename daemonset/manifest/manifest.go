@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -40,6 +42,12 @@ type Options struct {
 	// NodePortAddresses limit NodePorts to local addresses in these
 	// CIDRs ("primary" for the node's own IPs); empty is all.
 	NodePortAddresses proxy.NodePortAddresses
+	// APIServer (host:port), when set, is where the daemons reach the API
+	// server (KUBERNETES_SERVICE_HOST/PORT in their env). In-cluster
+	// clients otherwise dial the kubernetes Service's ClusterIP, which
+	// only a running proxy translates: on a cluster where nodenet's proxy
+	// replaces kube-proxy, the proxy cannot depend on itself to start.
+	APIServer string
 }
 
 // Defaults are the checked-in daemonset/nodenet.yaml's options.
@@ -86,6 +94,15 @@ func (o Options) Validate() error {
 	}
 	if strings.TrimSpace(o.Image) == "" || strings.ContainsAny(o.Image, " \t\n") {
 		return fmt.Errorf("image %q: want name:tag", o.Image)
+	}
+	if o.APIServer != "" {
+		host, port, err := net.SplitHostPort(o.APIServer)
+		if err != nil || host == "" {
+			return fmt.Errorf("API server %q: want host:port (the API server's address on the node network): %v", o.APIServer, err)
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("API server %q: port %q is not 1-65535", o.APIServer, port)
+		}
 	}
 	if !slices.Contains(app.KnownModes, o.ProxyMode) {
 		return fmt.Errorf("proxy mode %q: want one of %v", o.ProxyMode, app.KnownModes)
@@ -264,6 +281,10 @@ func daemonSet(o Options, labels map[string]string) *appsv1.DaemonSet {
 		{Name: "NODE_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "spec.nodeName"}}},
 		{Name: "POD_NAME", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.name"}}},
 		{Name: "POD_NAMESPACE", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.namespace"}}},
+	}
+	if o.APIServer != "" {
+		host, port, _ := net.SplitHostPort(o.APIServer)
+		env = append(env, corev1.EnvVar{Name: "KUBERNETES_SERVICE_HOST", Value: host}, corev1.EnvVar{Name: "KUBERNETES_SERVICE_PORT", Value: port})
 	}
 	fromConfig := func(name, key string) corev1.EnvVar {
 		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{

@@ -234,11 +234,42 @@ func TestValidateRejects(t *testing.T) {
 			o.ClusterCIDRs = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/16"), netip.MustParsePrefix("10.1.0.0/16")}
 		}, "one IPv4 and/or one IPv6"},
 		{func(o *Options) { o.ClusterCIDRs = nil }, "cluster CIDRs"},
+		{func(o *Options) { o.APIServer = "10.0.0.1" }, `API server "10.0.0.1": want host:port`},
+		{func(o *Options) { o.APIServer = "10.0.0.1:0" }, `port "0"`},
 	} {
 		o := Defaults()
 		tc.mutate(&o)
 		if _, err := Render(o); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want an error with %q", o, err, tc.want)
+		}
+	}
+}
+
+// TestAPIServerEnv: with APIServer set, flanneld and the proxy get
+// KUBERNETES_SERVICE_HOST/PORT (the init container needs no API).
+func TestAPIServerEnv(t *testing.T) {
+	o := Defaults()
+	o.APIServer = "172.18.0.2:6443"
+	y, err := Render(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := decodeStrict(t, y, 6).ds
+	for _, c := range ds.Spec.Template.Spec.Containers {
+		got := map[string]string{}
+		for _, e := range c.Env {
+			got[e.Name] = e.Value
+		}
+		if got["KUBERNETES_SERVICE_HOST"] != "172.18.0.2" || got["KUBERNETES_SERVICE_PORT"] != "6443" {
+			t.Errorf("container %s env: %v", c.Name, got)
+		}
+	}
+	def := decodeStrict(t, must(Render(Defaults())), 6).ds
+	for _, c := range def.Spec.Template.Spec.Containers {
+		for _, e := range c.Env {
+			if strings.HasPrefix(e.Name, "KUBERNETES_SERVICE_") {
+				t.Errorf("default manifest sets %s on %s", e.Name, c.Name)
+			}
 		}
 	}
 }
