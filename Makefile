@@ -11,7 +11,7 @@ RUN_PKGS  := iptables nftables iproute2 conntrack containernetworking-plugins
 APT_PKGS  := $(RUN_PKGS) ipset clang llvm libbpf-dev
 export GOTOOLCHAIN := local
 
-.PHONY: all build run test test-short bench lint clean deps check-deps upstream image
+.PHONY: all build run test test-short bench lint clean deps check-deps upstream image kind kind-down bench-kind kind-deps
 
 all: build
 
@@ -85,6 +85,27 @@ test-short:
 bench: build
 	@./hack/deps.sh $(APT_PKGS) iperf3
 	$(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./bench/...
+
+# kind: a real Kubernetes v1.37.2 cluster (1 control-plane, 2 workers) with
+# kind, built offline (see bench/kind/README.md), nodenet deployed by its
+# DaemonSet, traffic checked in every proxy mode. Everything built is cached
+# in ~/.cache/nodenet/kind: the first run takes 45–75 min on 2 cores, later
+# ones a few minutes. The cluster stays up until `make kind-down`.
+# bench-kind: netperf on such a cluster, a fresh one per backend; report in
+# bench/results/.
+KIND_BACKEND ?= host-gw
+KIND_PROXY_MODES ?= iptables,nftables
+KIND_BENCH_BACKENDS ?= host-gw,vxlan
+kind-deps:
+	@./hack/deps.sh debootstrap
+kind: kind-deps build image
+	$(GO) run ./bench/kind up -backend $(KIND_BACKEND) -proxy-modes $(KIND_PROXY_MODES)
+
+kind-down:
+	$(GO) run ./bench/kind down
+
+bench-kind: kind-deps build image
+	$(GO) run ./bench/kind bench -backend $(KIND_BENCH_BACKENDS) -proxy-modes $(KIND_PROXY_MODES)
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

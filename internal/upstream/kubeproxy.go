@@ -70,10 +70,6 @@ func kubernetesBinary(t testing.TB, name string, mayBuild bool) string {
 // The -X flags set the version the binary reports (and sends as its user
 // agent) instead of v0.0.0.
 func kubernetesRecipe(name string) recipe {
-	var ld []string
-	for _, pkg := range []string{"k8s.io/component-base/version", "k8s.io/client-go/pkg/version"} {
-		ld = append(ld, "-X "+pkg+".gitVersion="+KubernetesVersion, "-X "+pkg+".gitMajor=1", "-X "+pkg+".gitMinor=37")
-	}
 	pkg := kubernetesModule + "/cmd/" + name
 	return recipe{
 		name:   name,
@@ -92,9 +88,25 @@ func kubernetesRecipe(name string) recipe {
 			tools := fmt.Sprintf("//go:build tools\n\npackage tools\n\nimport _ %q\n", pkg)
 			return os.WriteFile(filepath.Join(dir, "tools.go"), []byte(tools), 0o644)
 		},
-		ldflags: strings.Join(ld, " "),
+		ldflags: KubernetesLdflags(),
 	}
 }
+
+// KubernetesLdflags are the -X flags that make a binary built from
+// k8s.io/kubernetes report KubernetesVersion (bench/kind builds every
+// Kubernetes binary with them).
+func KubernetesLdflags() string {
+	var ld []string
+	for _, pkg := range []string{"k8s.io/component-base/version", "k8s.io/client-go/pkg/version"} {
+		ld = append(ld, "-X "+pkg+".gitVersion="+KubernetesVersion, "-X "+pkg+".gitMajor=1", "-X "+pkg+".gitMinor=37")
+	}
+	return strings.Join(ld, " ")
+}
+
+// KubernetesGoMod is the go.mod of a scratch module that builds commands
+// of k8s.io/kubernetes, given k8s.io/kubernetes's own go.mod (see
+// kubernetesRecipe for why the replaces).
+func KubernetesGoMod(upstreamGoMod string) ([]byte, error) { return kubernetesGoMod(upstreamGoMod) }
 
 // kubernetesGoMod is the scratch module's go.mod, given k8s.io/kubernetes's.
 func kubernetesGoMod(upstreamGoMod string) ([]byte, error) {

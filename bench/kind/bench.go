@@ -1,0 +1,313 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nodenet/nodenet/bench/kind/report"
+	"github.com/nodenet/nodenet/internal/atomicfile"
+)
+
+const benchNS = "nodenet-bench"
+
+// Ports: netperf's control connection, and its data connection fixed with
+// the test option -P so a Service can carry it. The data port is inside
+// the NodePort range and is the Service port, target port and NodePort at
+// once: netserver listens on whatever port the client names, so the port
+// the client dials must be the one the pod listens on.
+const (
+	ctlPort      = 12865
+	dataPort     = 30866
+	nodePortCtl  = 30865
+	hostCtlPort  = 22865 // host-network netserver of the baseline
+	hostDataPort = 22866
+)
+
+var netperfTests = []struct{ name, unit string }{
+	{"TCP_STREAM", "Mbit/s"}, {"TCP_RR", "trans/s"}, {"TCP_CRR", "trans/s"}, {"UDP_RR", "trans/s"},
+}
+
+// benchWorkload: netserver pods on both workers (pod network), a client
+// pod on the first, host-network netservers and clients for the baseline
+// and the outside → NodePort scenario, and a NodePort Service in front of
+// the second worker's netserver.
+func benchWorkload() string {
+	img := benchImageRef
+	srv := func(port int) string {
+		return container("netserver", img, "netserver", "-D", "-p", strconv.Itoa(port)) +
+			container("iperf3", img, "iperf3", "-s", "-p", strconv.Itoa(port+1000))
+	}
+	return namespace(benchNS) +
+		pod(benchNS, "srv-a", workerNode, img, false, nil, srv(ctlPort)) +
+		pod(benchNS, "srv-b", worker2Node, img, false, map[string]string{"app": "srv-b"}, srv(ctlPort)) +
+		pod(benchNS, "cli-a", workerNode, img, false, nil, srv(ctlPort)) +
+		pod(benchNS, "host-b", worker2Node, img, true, nil, srv(hostCtlPort)) +
+		pod(benchNS, "host-a", workerNode, img, true, nil, srv(hostCtlPort+100)) +
+		pod(benchNS, "host-cp", cpNode, img, true, nil, srv(hostCtlPort+200)) +
+		fmt.Sprintf(`apiVersion: v1
+kind: Service
+metadata:
+  name: srv-b
+  namespace: %s
+spec:
+  type: NodePort
+  selector:
+    app: srv-b
+  ports:
+  - {name: ctl, port: %d, targetPort: %d, nodePort: %d, protocol: TCP}
+  - {name: data, port: %d, targetPort: %d, nodePort: %d, protocol: TCP}
+  - {name: data-udp, port: %d, targetPort: %d, nodePort: %d, protocol: UDP}
+---
+`, benchNS, ctlPort, ctlPort, nodePortCtl, dataPort, dataPort, dataPort, dataPort, dataPort, dataPort)
+}
+
+// scenario is where a netperf client runs and what it dials.
+type scenario struct {
+	name, from, host string
+	ctl, data        int
+}
+
+func (k *kcluster) scenarios(ctx context.Context) ([]scenario, []scenario, error) {
+	ip := func(pod string) (string, error) {
+		return k.kubectl(ctx, "-n", benchNS, "get", "pod", pod, "-o", "jsonpath={.status.podIP}")
+	}
+	a, err := ip("srv-a")
+	if err != nil {
+		return nil, nil, err
+	}
+	b, err := ip("srv-b")
+	if err != nil {
+		return nil, nil, err
+	}
+	cip, err := k.kubectl(ctx, "-n", benchNS, "get", "svc", "srv-b", "-o", "jsonpath={.spec.clusterIP}")
+	if err != nil {
+		return nil, nil, err
+	}
+	nodes, err := k.nodes(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	pods := []scenario{
+		{"pod-pod same node", "cli-a", a, ctlPort, dataPort},
+		{"pod-pod across nodes", "cli-a", b, ctlPort, dataPort},
+		{"pod-ClusterIP-pod", "cli-a", cip, ctlPort, dataPort},
+		{"outside-NodePort-pod", "host-cp", nodes[worker2Node], nodePortCtl, dataPort},
+	}
+	base := []scenario{{"node-node", "host-a", nodes[worker2Node], hostCtlPort, hostDataPort}}
+	return pods, base, nil
+}
+
+// netperf runs one test once and returns its figure: Mbit/s for
+// streams, transactions/s for request/response.
+func (k *kcluster) netperf(ctx context.Context, s scenario, test string, seconds int) (float64, error) {
+	out, err := k.kubectl(ctx, "-n", benchNS, "exec", s.from, "-c", "netserver", "--", "netperf", "-P", "0",
+		"-H", s.host, "-p", strconv.Itoa(s.ctl), "-l", strconv.Itoa(seconds), "-t", test, "--",
+		"-P", ","+strconv.Itoa(s.data), "-o", "THROUGHPUT")
+	if err != nil {
+		return 0, err
+	}
+	return parseNetperf(out)
+}
+
+// parseNetperf reads the value of `-P 0 -- -o THROUGHPUT`: the last line
+// that is a number (netperf may print warnings before it).
+func parseNetperf(out string) (float64, error) {
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if v, err := strconv.ParseFloat(strings.TrimSpace(lines[i]), 64); err == nil {
+			return v, nil
+		}
+	}
+	return 0, fmt.Errorf("no THROUGHPUT figure in netperf output %q", out)
+}
+
+// measure runs every test of every scenario o.runs times.
+func (k *kcluster) measure(ctx context.Context, o options, plane string, scen []scenario) ([]report.Result, error) {
+	var res []report.Result
+	for _, s := range scen {
+		for _, t := range netperfTests {
+			r := report.Result{Dataplane: plane, Scenario: s.name, Test: t.name, Unit: t.unit}
+			for i := 0; i < o.runs; i++ {
+				v, err := k.netperf(ctx, s, t.name, o.seconds)
+				if err != nil {
+					return res, fmt.Errorf("%s, %s, %s: %w", plane, s.name, t.name, err)
+				}
+				r.Values = append(r.Values, v)
+			}
+			k.p.note("%-28s %-22s %-10s median %s %s (runs %v)", plane, s.name, t.name, strconv.FormatFloat(report.Median(r.Values), 'f', 1, 64), t.unit, r.Values)
+			res = append(res, r)
+		}
+	}
+	return res, nil
+}
+
+// bench measures, for each backend of o.backends on a fresh cluster, every
+// proxy mode of o.modes, and the node-to-node baseline once; then writes
+// the results and the report. Results measured before a failure are kept.
+func (k *kcluster) bench(ctx context.Context, o options, repo string) error {
+	data := report.Data{Date: time.Now().UTC().Format("2006-01-02 15:04 MST"),
+		Command: fmt.Sprintf("make bench-kind (go run ./bench/kind bench -backend %s -proxy-modes %s -runs %d -seconds %d)",
+			strings.Join(o.backends, ","), strings.Join(o.modes, ","), o.runs, o.seconds),
+		Machine:  machine(),
+		Versions: versions()}
+	var err error
+	for i, backend := range o.backends {
+		if err = k.benchBackend(ctx, o, repo, backend, i == 0, &data); err != nil {
+			break
+		}
+	}
+	if len(data.Results) > 0 {
+		if werr := writeData(o.data, data); werr != nil {
+			return werr
+		}
+		if rerr := writeReport(o); rerr != nil {
+			return rerr
+		}
+	}
+	return err
+}
+
+func (k *kcluster) benchBackend(ctx context.Context, o options, repo, backend string, baseline bool, data *report.Data) error {
+	if err := k.up(ctx, options{backends: []string{backend}, modes: o.modes[:1]}, repo); err != nil {
+		return err
+	}
+	if err := k.load(ctx, k.b.benchImage); err != nil {
+		return err
+	}
+	if err := k.p.step(ctx, "bench workload (netserver + iperf3 pods, NodePort Service)", func(ctx context.Context) error {
+		if err := k.apply(ctx, benchWorkload()); err != nil {
+			return err
+		}
+		return k.waitPods(ctx, benchNS, "pod")
+	}); err != nil {
+		return err
+	}
+	pods, base, err := k.scenarios(ctx)
+	if err != nil {
+		return err
+	}
+	if baseline {
+		if err := k.p.step(ctx, "netperf: node-to-node baseline", func(ctx context.Context) error {
+			r, err := k.measure(ctx, o, report.Baseline, base)
+			data.Results = append(data.Results, r...)
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+	for i, m := range o.modes {
+		if i > 0 {
+			if err := k.switchProxy(ctx, m); err != nil {
+				return err
+			}
+		}
+		plane := "nodenet " + backend + " " + m
+		if err := k.p.step(ctx, "netperf: "+plane, func(ctx context.Context) error {
+			r, err := k.measure(ctx, o, plane, pods)
+			data.Results = append(data.Results, r...)
+			return err
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeData(path string, d report.Data) error {
+	b, err := json.MarshalIndent(d, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return atomicfile.Write(path, append(b, '\n'), 0o644)
+}
+
+// writeReport regenerates the Markdown report and its charts from o.data.
+func writeReport(o options) error {
+	d, err := report.Load(o.data)
+	if err != nil {
+		return err
+	}
+	files, err := renderReport(d)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return err
+	}
+	for name, body := range files {
+		if err := atomicfile.Write(filepath.Join(o.out, name), []byte(body), 0o644); err != nil {
+			return err
+		}
+	}
+	fmt.Printf("report: %s\n", filepath.Join(o.out, "kind-netperf.md"))
+	return nil
+}
+
+// renderReport is every file of the report by name.
+func renderReport(d report.Data) (map[string]string, error) {
+	if len(d.Results) == 0 {
+		return nil, fmt.Errorf("no results to report")
+	}
+	files := map[string]string{}
+	charts := map[string]string{}
+	for _, t := range netperfTests {
+		if _, ok := findTest(d, t.name); ok {
+			charts[t.name] = report.ChartFile(t.name)
+			files[charts[t.name]] = report.Chart(d, t.name)
+		}
+	}
+	files["kind-netperf.md"] = report.Markdown(d, charts)
+	return files, nil
+}
+
+func findTest(d report.Data, test string) (report.Result, bool) {
+	for _, r := range d.Results {
+		if r.Test == test {
+			return r, true
+		}
+	}
+	return report.Result{}, false
+}
+
+// machine records what the figures were measured on.
+func machine() map[string]string {
+	m := map[string]string{"cpus": strconv.Itoa(runtime.NumCPU()), "arch": runtime.GOARCH}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m["cpu"] = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	if out, err := exec.Command("uname", "-r").Output(); err == nil {
+		m["kernel"] = strings.TrimSpace(string(out))
+	}
+	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
+		m["memory"] = strings.TrimSpace(strings.TrimPrefix(strings.SplitN(string(b), "\n", 2)[0], "MemTotal:"))
+	}
+	if out, err := exec.Command("docker", "version", "--format", "{{.Server.Version}}").Output(); err == nil {
+		m["docker"] = strings.TrimSpace(string(out))
+	}
+	return m
+}
+
+func versions() map[string]string {
+	v := map[string]string{"kubernetes": kubernetesVersion, "kind": kindVersion, "etcd": etcdVersion,
+		"crictl": crictlVersion, "go": runtime.Version(), "node OS": "Debian " + debianSuite}
+	if out, err := exec.Command("git", "describe", "--always", "--dirty").Output(); err == nil {
+		v["nodenet"] = strings.TrimSpace(string(out))
+	}
+	return v
+}

@@ -1,0 +1,22 @@
+// Command kind builds real Kubernetes clusters with kind on a machine
+// with no registry (only Debian's archive and the Go module proxy),
+// deploys nodenet by its DaemonSet, checks its traffic and runs the
+// netperf benchmark: `make kind`, `make kind-down`, `make bench-kind`.
+//
+// Everything it builds is cached outside the repository, under
+// ~/.cache/nodenet/kind, one directory per artifact keyed by a hash of its
+// inputs (cache.go): kind, crictl, etcd and the Kubernetes binaries from
+// scratch modules (gobuild.go), the node's Debian root file system
+// (debootstrap), one-binary component images, the node image (assembled
+// with docker import, then containerd inside it given the component
+// images, then docker commit: nodeimage.go) and the bench image (netperf
+// from non-free, iperf3: images.go, apt.go). Each step prints its start,
+// a line every 30 s and its duration (progress.go).
+//
+// This Docker refuses --privileged, so kind runs behind a docker wrapper
+// that asks for the same privileges one by one (docker.go); the other
+// local workarounds are in nodeimage.go and cluster.go. See README.md.
+//
+// Subpackages: report (Markdown and SVG from a results file) and pause
+// (the pod sandbox's process).
+package main

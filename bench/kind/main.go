@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+)
+
+// options are the command line.
+type options struct {
+	cmd       string
+	repo      string // nodenet source tree (bin/nodenet, bin/nodenet-image.tar)
+	cacheRoot string
+	backends  []string // host-gw, vxlan; up takes one, bench each in turn
+	modes     []string // proxy modes to check, in order
+	data      string   // bench: results file to write; report: to read
+	out       string   // report directory
+	runs      int
+	seconds   int
+}
+
+var commands = map[string]string{
+	"build":  "build (or find in the cache) the node image, kind, kubectl and the bench image",
+	"up":     "build, create the cluster, deploy nodenet, check traffic in every proxy mode",
+	"down":   "delete the cluster: no containers, volumes or network left",
+	"bench":  "netperf on the running cluster's data planes, results to -data and a report",
+	"report": "regenerate the Markdown + SVG report from a results file",
+}
+
+func parseArgs(args []string, stderr io.Writer) (options, error) {
+	if len(args) == 0 || commands[args[0]] == "" {
+		fmt.Fprintln(stderr, "usage: go run ./bench/kind <command> [flags]")
+		for _, c := range []string{"build", "up", "down", "bench", "report"} {
+			fmt.Fprintf(stderr, "  %-7s %s\n", c, commands[c])
+		}
+		if len(args) == 0 {
+			return options{}, errors.New("no command")
+		}
+		return options{}, fmt.Errorf("unknown command %q", args[0])
+	}
+	o := options{cmd: args[0]}
+	root, err := defaultCacheRoot()
+	if err != nil {
+		return o, err
+	}
+	fs := flag.NewFlagSet(o.cmd, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.repo, "repo", ".", "nodenet source tree")
+	fs.StringVar(&o.cacheRoot, "cache", root, "where built artifacts are kept")
+	backends := fs.String("backend", "host-gw", "flanneld backend: host-gw or vxlan (bench: a comma-separated list, a fresh cluster each)")
+	modes := fs.String("proxy-modes", "iptables,nftables", "proxy modes to check (up) or measure (bench), in order")
+	fs.StringVar(&o.data, "data", "bench/results/kind-netperf.json", "results file")
+	fs.StringVar(&o.out, "out", "bench/results", "report directory")
+	fs.IntVar(&o.runs, "runs", 3, "runs of each netperf test")
+	fs.IntVar(&o.seconds, "seconds", 5, "length of each netperf run")
+	if err := fs.Parse(args[1:]); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	for _, b := range strings.Split(*backends, ",") {
+		switch b {
+		case "host-gw", "vxlan":
+			o.backends = append(o.backends, b)
+		default:
+			return o, fmt.Errorf("-backend %q: host-gw or vxlan", b)
+		}
+	}
+	if len(o.backends) > 1 && o.cmd != "bench" {
+		return o, errors.New("-backend: one backend, except for bench")
+	}
+	for _, m := range strings.Split(*modes, ",") {
+		switch m {
+		case "iptables", "nftables":
+			o.modes = append(o.modes, m)
+		default:
+			return o, fmt.Errorf("-proxy-modes: %q is not a mode this build carries (iptables, nftables)", m)
+		}
+	}
+	if o.runs < 1 || o.seconds < 1 {
+		return o, errors.New("-runs and -seconds must be at least 1")
+	}
+	return o, nil
+}
+
+func main() {
+	o, err := parseArgs(os.Args[1:], os.Stderr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kind:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "kind:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	p := newProgress(os.Stdout)
+	c := cache{root: o.cacheRoot}
+	if err := os.MkdirAll(c.root, 0o755); err != nil {
+		return err
+	}
+	repo, err := filepath.Abs(o.repo)
+	if err != nil {
+		return err
+	}
+	switch o.cmd {
+	case "report":
+		return writeReport(o)
+	case "down":
+		kindBin := filepath.Join(c.dir("go-kind", kindRecipe().key()), "bin", "kind")
+		if _, err := os.Stat(kindBin); err != nil {
+			kindBin = ""
+		}
+		return deleteCluster(ctx, p, c, kindBin)
+	}
+	b, err := buildAll(ctx, p, c, repo)
+	if err != nil || o.cmd == "build" {
+		return err
+	}
+	k, err := newCluster(p, b, c)
+	if err != nil {
+		return err
+	}
+	if o.cmd == "bench" {
+		return k.bench(ctx, o, repo)
+	}
+	return k.up(ctx, o, repo)
+}
+
+// up creates the cluster with nodenet in the first mode of o.modes and
+// checks traffic, then switches through the other modes.
+func (k *kcluster) up(ctx context.Context, o options, repo string) error {
+	if err := deleteCluster(ctx, k.p, k.c, k.b.kind); err != nil {
+		return err
+	}
+	if err := k.create(ctx, false); err != nil {
+		return err
+	}
+	if err := k.deployNodenet(ctx, repo, o.backends[0], o.modes[0]); err != nil {
+		return err
+	}
+	if err := k.p.step(ctx, "check workload (echo pods, NodePort Service)", func(ctx context.Context) error {
+		if err := k.apply(ctx, checkWorkload()); err != nil {
+			return err
+		}
+		return k.waitPods(ctx, checkNS, "pod")
+	}); err != nil {
+		return err
+	}
+	for i, m := range o.modes {
+		if i > 0 {
+			if err := k.switchProxy(ctx, m); err != nil {
+				return err
+			}
+		}
+		if err := k.checkTraffic(ctx, o.backends[0]+", "+m); err != nil {
+			return err
+		}
+	}
+	k.p.note("cluster up: kubectl --kubeconfig %s get pods -A; remove with make kind-down", k.kubeconfig)
+	return nil
+}
+
+// deployNodenet loads bin/nodenet-image.tar and applies the manifest
+// `nodenet manifest` renders for the backend and mode.
+func (k *kcluster) deployNodenet(ctx context.Context, repo, backend, mode string) error {
+	if err := k.load(ctx, filepath.Join(repo, "bin", "nodenet-image.tar")); err != nil {
+		return err
+	}
+	if err := k.p.step(ctx, "kubectl apply nodenet manifest ("+backend+", "+mode+")", func(ctx context.Context) error {
+		// The daemons reach the API server directly (manifest
+		// --api-server): the kubernetes Service's ClusterIP needs a
+		// running proxy, and nodenet's proxy is the only one here. An
+		// address, not the node's name: host-network pods resolve through
+		// the cluster DNS, which this cluster does without.
+		nodes, err := k.nodes(ctx)
+		if err != nil || nodes[cpNode] == "" {
+			return fmt.Errorf("control-plane address: %v", err)
+		}
+		out, err := exec.CommandContext(ctx, filepath.Join(repo, "bin", "nodenet"), "manifest", "--backend", backend, "--proxy-mode", mode,
+			"--api-server", net.JoinHostPort(nodes[cpNode], "6443")).Output()
+		if err != nil {
+			return fmt.Errorf("nodenet manifest (make build first): %w", err)
+		}
+		m := string(out)
+		return k.apply(ctx, m)
+	}); err != nil {
+		return err
+	}
+	return k.waitReady(ctx, "nodenet-system/nodenet")
+}
