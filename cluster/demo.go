@@ -290,13 +290,7 @@ func checkNodePorts(ctx context.Context, binary string, from *corev1.Pod, s *cor
 		return
 	}
 	for _, n := range nodes {
-		ip := ""
-		for _, a := range n.Status.Addresses {
-			if a.Type == corev1.NodeInternalIP {
-				ip = a.Address
-			}
-		}
-		target := fmt.Sprintf("http://%s:%d/", ip, port)
+		target := fmt.Sprintf("http://%s:%d/", internalIP(n), port)
 		reply, err := probeUntil(ctx, func() (string, error) { return Probe(ctx, binary, from, target) })
 		check(err == nil && strings.HasPrefix(reply, "echo-"), "%s -> %s (NodePort on %s) answered by %s", from.Name, target, n.Name, orErr(reply, err))
 	}
@@ -314,7 +308,7 @@ func checkLoadBalancer(ctx context.Context, cs kubernetes.Interface, o DemoOptio
 	target := fmt.Sprintf("http://%s:80/", ip)
 	if o.ExternalNetns != "" {
 		reply, err := probeUntil(ctx, func() (string, error) { return probeIn(ctx, o.Binary, o.ExternalNetns, "outside", target) })
-		check(err == nil && strings.HasPrefix(reply, "echo-"), "external client (netns %s) -> %s answered by %s; vpc router: %s", o.ExternalNetns, target, orErr(reply, err), vpcRoute(ctx, o.ExternalNetns, ip))
+		check(err == nil && strings.HasPrefix(reply, "echo-"), "external client (netns %s) -> %s answered by %s; vpc router: %s", o.ExternalNetns, target, orErr(reply, err), routeTo(ctx, o.ExternalNetns, ip))
 	}
 	reply, err := probeUntil(ctx, func() (string, error) { return Probe(ctx, o.Binary, from, target) })
 	check(err == nil && strings.HasPrefix(reply, "echo-"), "%s -> %s (LoadBalancer) answered by %s", from.Name, target, orErr(reply, err))
@@ -332,16 +326,6 @@ func waitLoadBalancerIP(ctx context.Context, cs kubernetes.Interface, ns, name s
 			return "", err
 		}
 	}
-}
-
-// vpcRoute is the router's route to ip in netns ("172.30.0.225 via
-// 172.30.0.12 dev vpc0 proto 78"), to show which node lbroutes picked.
-func vpcRoute(ctx context.Context, netns, ip string) string {
-	out, err := exec.CommandContext(ctx, "ip", "-n", netns, "route", "show", ip+"/32").Output()
-	if r := strings.Join(strings.Fields(string(out)), " "); err == nil && r != "" {
-		return r
-	}
-	return "no route to " + ip
 }
 
 func orErr(s string, err error) string {
@@ -415,13 +399,7 @@ func Status(ctx context.Context, dir string, out io.Writer) error {
 	}
 	fmt.Fprintln(out, "NODE      READY  INTERNAL-IP     POD-CIDR")
 	for _, n := range nodes.Items {
-		ip := ""
-		for _, a := range n.Status.Addresses {
-			if a.Type == corev1.NodeInternalIP {
-				ip = a.Address
-			}
-		}
-		fmt.Fprintf(out, "%-9s %-6v %-15s %s\n", n.Name, nodeReady(&n), ip, n.Spec.PodCIDR)
+		fmt.Fprintf(out, "%-9s %-6v %-15s %s\n", n.Name, nodeReady(&n), internalIP(n), n.Spec.PodCIDR)
 	}
 	// The vpc router's table: with --backend alloc one route per node
 	// podCIDR (cloud routes), and one per LoadBalancer IP (lbroutes).

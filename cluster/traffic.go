@@ -74,7 +74,9 @@ func forwarded(ctx context.Context, netns string) (int64, error) {
 	return 0, fmt.Errorf("no ForwDatagrams in %s's /proc/net/snmp", netns)
 }
 
-// routeTo is netns's route for ip as `ip route get` shows it.
+// routeTo is netns's route for ip as `ip route get` shows it ("10.244.2.2
+// via 172.30.0.12 dev vpc0 …"): which node the vpc router sends a pod
+// address or a LoadBalancer IP to.
 func routeTo(ctx context.Context, netns, ip string) string {
 	out, err := exec.CommandContext(ctx, "ip", "-n", netns, "route", "get", ip).Output()
 	if err != nil {

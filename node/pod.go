@@ -45,7 +45,7 @@ type container struct {
 	// killedUnhealthy: the liveness probe failed and the container is
 	// being stopped; checkContainers restarts it once it exits.
 	killedUnhealthy bool
-	done       chan struct{}
+	done            chan struct{}
 	// last is how the previous run ended (status.lastState).
 	last *corev1.ContainerStateTerminated
 	// backoff is the wait before the next restart after a crash, doubled
@@ -578,7 +578,8 @@ func (w *podWorker) checkContainers(ctx context.Context, pod *corev1.Pod) {
 	}
 }
 
-// killAll stops every container: SIGTERM, then SIGKILL after grace.
+// killAll stops every container at once: SIGTERM, then SIGKILL after
+// grace.
 func (w *podWorker) killAll(pod *corev1.Pod, grace time.Duration) {
 	w.mu.Lock()
 	ctrs := make([]*container, 0, len(w.ctrs))
@@ -586,38 +587,50 @@ func (w *podWorker) killAll(pod *corev1.Pod, grace time.Duration) {
 		ctrs = append(ctrs, c)
 	}
 	w.mu.Unlock()
-	alive := func(c *container) bool {
-		if c.cmd != nil {
-			select {
-			case <-c.done:
-				return false
-			default:
-				return true
-			}
-		}
-		return c.pid > 0 && syscall.Kill(c.pid, 0) == nil
-	}
+	var wg sync.WaitGroup
 	for _, c := range ctrs {
-		if alive(c) && pod != nil {
+		if !c.alive() {
+			continue
+		}
+		if pod != nil {
 			w.a.event(pod, c.name, corev1.EventTypeNormal, "Killing", "Stopping container %s", c.name)
 		}
-		if alive(c) && grace > 0 {
-			_ = syscall.Kill(-c.pid, syscall.SIGTERM)
-			_ = syscall.Kill(c.pid, syscall.SIGTERM)
+		wg.Go(func() { c.stop(grace) })
+	}
+	wg.Wait()
+}
+
+// alive reports whether the container's process still runs.
+func (c *container) alive() bool {
+	if c.cmd != nil {
+		select {
+		case <-c.done:
+			return false
+		default:
+			return true
 		}
 	}
-	deadline := time.Now().Add(grace)
-	for _, c := range ctrs {
-		for alive(c) && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-		}
-		if alive(c) {
-			_ = syscall.Kill(-c.pid, syscall.SIGKILL)
-			_ = syscall.Kill(c.pid, syscall.SIGKILL)
-			if c.cmd != nil {
-				<-c.done
-			}
-		}
+	return c.pid > 0 && syscall.Kill(c.pid, 0) == nil
+}
+
+// stop sends SIGTERM to the container's process group (none with no
+// grace), then SIGKILL once grace has passed, and returns when it is gone
+// (or, for an adopted process, signalled).
+func (c *container) stop(grace time.Duration) {
+	if grace > 0 {
+		_ = syscall.Kill(-c.pid, syscall.SIGTERM)
+		_ = syscall.Kill(c.pid, syscall.SIGTERM)
+	}
+	for deadline := time.Now().Add(grace); c.alive() && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !c.alive() {
+		return
+	}
+	_ = syscall.Kill(-c.pid, syscall.SIGKILL)
+	_ = syscall.Kill(c.pid, syscall.SIGKILL)
+	if c.cmd != nil {
+		<-c.done
 	}
 }
 

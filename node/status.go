@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os/exec"
 	"strconv"
-	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -272,7 +271,7 @@ func (w *podWorker) probe(ctx context.Context, pod *corev1.Pod) {
 			w.a.event(pod, c.Name, corev1.EventTypeWarning, "Unhealthy", "Liveness probe failed: %v", err)
 			if kill {
 				w.a.event(pod, c.Name, corev1.EventTypeNormal, "Killing", "Container %s failed liveness probe, will be restarted", c.Name)
-				go stopContainer(ctr, terminationGrace(pod))
+				go ctr.stop(terminationGrace(pod))
 			}
 		}
 	}
@@ -288,30 +287,6 @@ func terminationGrace(pod *corev1.Pod) time.Duration {
 		return time.Duration(*g) * time.Second
 	}
 	return 30 * time.Second
-}
-
-// stopContainer sends SIGTERM to the container's process group, then
-// SIGKILL after grace if it still runs.
-func stopContainer(c *container, grace time.Duration) {
-	_ = syscall.Kill(-c.pid, syscall.SIGTERM)
-	_ = syscall.Kill(c.pid, syscall.SIGTERM)
-	deadline := time.Now().Add(grace)
-	for time.Now().Before(deadline) {
-		if c.cmd != nil {
-			select {
-			case <-c.done:
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-		} else {
-			if syscall.Kill(c.pid, 0) != nil {
-				return
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	_ = syscall.Kill(-c.pid, syscall.SIGKILL)
-	_ = syscall.Kill(c.pid, syscall.SIGKILL)
 }
 
 func port(c corev1.Container, p intstr.IntOrString) (string, error) {

@@ -17,17 +17,24 @@ func claims(now time.Time) Claims {
 		Kubernetes: Kubernetes{Namespace: "ns", ServiceAccount: Ref{Name: "sa", UID: "u1"}, Pod: &Ref{Name: "p", UID: "u2"}}}
 }
 
-func TestSignVerifyAndKeyReuse(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "pki", "sa.key")
+// keyAndToken loads (creating) the key at path and signs claims(now).
+func keyAndToken(t *testing.T, path string, now time.Time) (*Key, string) {
+	t.Helper()
 	k, err := LoadOrCreate(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now()
 	tok, err := k.Sign(claims(now))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return k, tok
+}
+
+func TestSignVerifyAndKeyReuse(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "pki", "sa.key")
+	now := time.Now()
+	_, tok := keyAndToken(t, path, now)
 	if !LooksLikeJWT(tok) {
 		t.Fatalf("%q does not look like a JWT", tok)
 	}
@@ -54,15 +61,8 @@ func TestSignVerifyAndKeyReuse(t *testing.T) {
 }
 
 func TestVerifyRefuses(t *testing.T) {
-	k, err := LoadOrCreate(filepath.Join(t.TempDir(), "sa.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	now := time.Now()
-	tok, err := k.Sign(claims(now))
-	if err != nil {
-		t.Fatal(err)
-	}
+	k, tok := keyAndToken(t, filepath.Join(t.TempDir(), "sa.key"), now)
 	parts := strings.Split(tok, ".")
 	// The same signature over a payload naming another account.
 	c := claims(now)
