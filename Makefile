@@ -11,7 +11,7 @@ RUN_PKGS  := iptables nftables iproute2 conntrack containernetworking-plugins
 APT_PKGS  := $(RUN_PKGS) ipset clang llvm libbpf-dev
 export GOTOOLCHAIN := local
 
-.PHONY: all build run test test-short bench lint clean deps check-deps upstream image kind kind-down bench-kind kind-deps
+.PHONY: all build run test test-short bench lint clean deps check-deps upstream image kind kind-down bench-kind kind-deps fuzz
 
 all: build
 
@@ -57,6 +57,15 @@ test: deps
 		rm -f .netns-before; \
 		if [ -s .netns-left ]; then echo "tests left network namespaces behind:"; cat .netns-left; rm -f .netns-left; exit 1; fi; \
 		rm -f .netns-left
+
+# fuzz runs every Go fuzz target (func Fuzz*: the parsers of outside input —
+# CNI config and prevResult, subnet.env, net-conf.json, host-local store
+# files, CIDR-list flags, the token file, API request bodies of every kind,
+# netlink replies and messages) for FUZZTIME each. Their seed corpora run in
+# `make test` already; CI runs this with a short FUZZTIME.
+FUZZTIME ?= 30s
+fuzz:
+	@GO=$(GO) ./hack/fuzz.sh $(FUZZTIME)
 
 # upstream builds (once, into ~/.cache/nodenet/upstream) the upstream
 # binaries the interoperability tests run next to nodenet: flanneld and
