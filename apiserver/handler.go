@@ -189,6 +189,10 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, req *apiRequest)
 		s.fail(w, r, err)
 		return
 	}
+	if err := admitNode(requestUser(r), req, obj); err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	stored, err := s.createObject(r.Context(), req, obj, r.URL.Query().Get("dryRun") == "All")
 	if err != nil {
 		s.fail(w, r, err)

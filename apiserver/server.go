@@ -211,7 +211,7 @@ func Start(ctx context.Context, cfg Config) (_ *Server, err error) {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, advertiseIP: advertiseIP, log: cfg.Logger, services: svcAlloc, metrics: newMetrics(), done: make(chan struct{})}
-	s.authz = serviceAccountRBAC{s: s, others: allowAll{}}
+	s.authz = serviceAccountRBAC{s: s, others: nodeAuthorizer{s: s, others: allowAll{}}}
 	if cfg.Authorizer != nil {
 		s.authz = custom{cfg.Authorizer}
 	}

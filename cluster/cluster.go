@@ -84,10 +84,13 @@ type Cluster struct {
 	comps     []*component
 	apiLn     net.Listener
 	AdminKube string // admin kubeconfig for the root namespace
-	NodeKube  string
-	stopFwd   context.CancelFunc
-	wg        sync.WaitGroup
-	claim     *claim
+	// ControllerKube is the controller manager's kubeconfig (inside the
+	// vpc namespace, its own identity).
+	ControllerKube string
+	stopFwd        context.CancelFunc
+	wg             sync.WaitGroup
+	claim          *claim
+	ids            []identity // every component's token (credentials.go)
 }
 
 func (c *Cluster) nodeDir(i int) string { return filepath.Join(c.cfg.Dir, "nodes", NodeName(i)) }
@@ -137,6 +140,12 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	Stage(cfg.Out, "namespaces", time.Since(start), fmt.Sprintf("vpc %s (bridge %s %s/24), %d node namespaces", VPCNetns(cfg.Name), vpcBridge, apiIP, cfg.Nodes))
 	start = time.Now()
 	if err := c.writeFiles(); err != nil {
+		return nil, err
+	}
+	if c.ids, err = newIdentities(cfg.Nodes); err != nil {
+		return nil, err
+	}
+	if err := writeTokenFile(c.tokenFile(), c.ids); err != nil {
 		return nil, err
 	}
 	st.APIPort = c.apiLn.Addr().(*net.TCPAddr).Port

@@ -16,8 +16,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/nodenet/nodenet/cluster"
 	"github.com/nodenet/nodenet/internal/netnsutil"
@@ -230,6 +233,7 @@ func TestUpPodsConnectDown(t *testing.T) {
 			if backend != "host-gw" {
 				return
 			}
+			t.Run("node credentials are confined to their node", func(t *testing.T) { nodeCredentials(t, ctx, dir) })
 			t.Run("bad command fails the pod", func(t *testing.T) { badCommand(t, ctx, cs) })
 			t.Run("delete releases IP and netns", func(t *testing.T) { deletePod(t, ctx, cs, dir, pods[0]) })
 			t.Run("agent kill -9 keeps pods", func(t *testing.T) { killAgent(t, ctx, cs, dir, bin, name, pods[1:]) })
@@ -621,5 +625,37 @@ func TestUpCleansUpAfterKilledUp(t *testing.T) {
 	second, err := runUp(t, bin, append(args[1:], "--demo-exit")...)
 	if err != nil || !strings.Contains(second, "node daemons") {
 		t.Fatalf("up after a killed up: %v\n%s", err, second)
+	}
+}
+
+// nodeCredentials: the agents' kubeconfigs carry per-node identities that
+// the API server confines to their own node: node-1 may patch its own Node, not node-2 nor a Service.
+func nodeCredentials(t *testing.T, ctx context.Context, dir string) {
+	kc, err := clientcmd.LoadFromFile(filepath.Join(dir, "nodes", cluster.NodeName(1), "etc/nodenet/kubelet.kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var token string
+	for _, ai := range kc.AuthInfos {
+		token = ai.Token
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(dir, "admin.kubeconfig"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token == "" || token == cfg.BearerToken {
+		t.Fatalf("node-1's kubeconfig has no token of its own")
+	}
+	cfg.BearerToken = token
+	node1 := kubernetes.NewForConfigOrDie(cfg)
+	patch := []byte(`{"metadata":{"labels":{"nodenet.io/credentials-test":"x"}}}`)
+	if _, err := node1.CoreV1().Nodes().Patch(ctx, cluster.NodeName(1), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Errorf("node-1 patches its own Node: %v", err)
+	}
+	if _, err := node1.CoreV1().Nodes().Patch(ctx, cluster.NodeName(2), types.MergePatchType, patch, metav1.PatchOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("node-1 patches node-2: %v, want 403", err)
+	}
+	if err := node1.CoreV1().Services("default").Delete(ctx, "kubernetes", metav1.DeleteOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("node-1 deletes the kubernetes Service: %v, want 403", err)
 	}
 }

@@ -36,8 +36,12 @@
 // The root namespace reaches the API server through a TCP forwarder that
 // `nodenet up` runs: it listens on 127.0.0.1:<port> in the root namespace
 // and dials from a thread switched into the vpc namespace. The admin
-// kubeconfig (<dir>/admin.kubeconfig) points at 127.0.0.1, the nodes'
-// kubeconfig (<dir>/node.kubeconfig) at 172.30.0.1.
+// kubeconfig (<dir>/admin.kubeconfig) points at 127.0.0.1; the
+// components' kubeconfigs point at 172.30.0.1, each with its own identity
+// from <dir>/tokens.csv (credentials.go): the controller manager's
+// <dir>/controller-manager.kubeconfig and each node's
+// <dir>/nodes/<node>/etc/nodenet/kubelet.kubeconfig, a system:node:<node>
+// identity that the API server's node authorizer holds to its own node.
 //
 // One `up` owns a cluster for its whole life (flocks on <dir>/up.lock and
 // /run/nodenet/<name>.lock, see owner.go): a second `up` is refused with

@@ -92,15 +92,15 @@ func copyFile(src, dst string) error {
 func (c *Cluster) components() []*component {
 	d, name := c.cfg.Dir, c.cfg.Name
 	vpc := netnsutil.Path(VPCNetns(name))
-	c.NodeKube = filepath.Join(d, "node.kubeconfig")
+	c.ControllerKube = filepath.Join(d, "controller-manager.kubeconfig")
 	c.AdminKube = filepath.Join(d, "admin.kubeconfig")
 	comps := []*component{
 		{name: "apiserver", netns: vpc, args: []string{"apiserver",
 			"--data-dir", filepath.Join(d, "apiserver"), "--bind-address", apiIP, "--secure-port", strconv.Itoa(apiPort),
 			"--advertise-address", apiIP, "--tls-san", "127.0.0.1", "--tls-san", apiIP, "--tls-san", "localhost",
-			"--service-cluster-ip-range", ServiceCIDR}},
+			"--service-cluster-ip-range", ServiceCIDR, "--token-auth-file", c.tokenFile()}},
 		{name: "controller-manager", netns: vpc, args: []string{"controller-manager",
-			"--kubeconfig", c.NodeKube, "--cluster-cidr", ClusterCIDR, "--leader-elect=false", "--healthz-bind-address", "",
+			"--kubeconfig", c.ControllerKube, "--cluster-cidr", ClusterCIDR, "--leader-elect=false", "--healthz-bind-address", "",
 			// LoadBalancer IPs, and their routes in this (the vpc router's)
 			// main table: see doc.go.
 			"--lb-ip-pool", c.cfg.LBPool, "--configure-lb-routes"}},
@@ -114,7 +114,7 @@ func (c *Cluster) components() []*component {
 		nd, node := c.nodeDir(i), NodeName(i)
 		ns := netnsutil.Path(NodeNetns(name, i))
 		comps = append(comps, &component{name: node + "/agent", netns: ns, args: []string{"agent",
-			"--kubeconfig", c.NodeKube, "--node-name", node, "--node-ip", nodeIP(i),
+			"--kubeconfig", c.NodeKubeconfig(i), "--node-name", node, "--node-ip", nodeIP(i),
 			"--zone", "zone-" + string(rune('a'+(i-1)%3)),
 			"--host-root", nd, "--nodenet-cni", c.cfg.CNIBinary, "--pod-api-server", net.JoinHostPort(apiIP, strconv.Itoa(apiPort)),
 			"--cni-conf-dir", filepath.Join(nd, "etc/cni/net.d"),
@@ -129,8 +129,9 @@ func (c *Cluster) components() []*component {
 	return comps
 }
 
-// waitAPI waits for the API server's kubeconfig, derives the node and admin
-// kubeconfigs from it, and waits until the API answers through the
+// waitAPI waits for the API server's kubeconfig, derives every
+// component's kubeconfig (each with its own identity, credentials.go) and
+// the admin's from it, and waits until the API answers through the
 // forwarder.
 func (c *Cluster) waitAPI(ctx context.Context, port int) error {
 	src := filepath.Join(c.cfg.Dir, "apiserver", "admin.kubeconfig")
@@ -150,8 +151,19 @@ func (c *Cluster) waitAPI(ctx context.Context, port int) error {
 	for _, cl := range kc.Clusters {
 		cl.Server = "https://" + net.JoinHostPort(apiIP, strconv.Itoa(apiPort))
 	}
-	if err := clientcmd.WriteToFile(*kc, c.NodeKube); err != nil {
-		return err
+	for _, id := range c.ids {
+		path := ""
+		switch {
+		case id.node > 0:
+			path = c.NodeKubeconfig(id.node)
+		case id.user == "system:kube-controller-manager":
+			path = c.ControllerKube
+		default:
+			continue
+		}
+		if err := writeKubeconfig(kc, id.token, id.user, path); err != nil {
+			return err
+		}
 	}
 	for _, cl := range kc.Clusters {
 		cl.Server = "https://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port))

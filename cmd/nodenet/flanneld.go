@@ -55,7 +55,7 @@ func runFlanneld(ctx context.Context, args []string) error {
 	fs.StringVar(&o.InstallCNIConf, "install-cni-conf", "", "write the CNI conflist here (e.g. /etc/cni/net.d/10-nodenet.conflist) once subnet.env exists")
 	fs.StringVar(&cniTemplatePath, "cni-conf-template", "", "text/template file for the conflist (default: nodenet CNI plugin + portmap)")
 	fs.BoolVar(&o.SetNodeNetworkUnavailable, "set-node-network-unavailable", true, "set the NodeNetworkUnavailable condition to False once the network is up")
-	fs.StringVar(&healthzIP, "healthz-ip", "0.0.0.0", "address for /healthz, /readyz and /metrics")
+	fs.StringVar(&healthzIP, "healthz-ip", "127.0.0.1", "address for /healthz, /readyz and /metrics (upstream flanneld defaults to 0.0.0.0; metrics stay on loopback unless asked)")
 	fs.IntVar(&healthzPort, "healthz-port", 0, "port for /healthz, /readyz and /metrics (0 = off)")
 	fs.IntVar(&metricsPort, "metrics-port", 0, "extra port serving the same endpoints (0 = off)")
 	fs.DurationVar(&o.ResyncPeriod, "resync-period", 10*time.Second, "full reconcile of routes, neighbours and FDB entries at least this often")
