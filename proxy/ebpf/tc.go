@@ -261,6 +261,11 @@ func (d *DataPlane) tcIntact() bool {
 // the NAT hooks they translate nothing.
 func (d *DataPlane) cleanupTC() error {
 	fam, table := natTable(d.cfg.Family)
+	if d.cfg.NetNS != "" {
+		if _, err := os.Stat(d.cfg.NetNS); errors.Is(err, os.ErrNotExist) {
+			return nil // the namespace, and its table, are gone
+		}
+	}
 	return d.inNetNS(func() error {
 		out, err := nft(fmt.Sprintf("delete table %s %s\n", fam, table))
 		if err != nil && !bytes.Contains(out, []byte("No such file")) {

@@ -20,10 +20,25 @@ type tcnatAddrport struct {
 	Pad  uint16
 }
 
+type tcnatAffValue struct {
+	_       structs.HostLayout
+	Used    uint64
+	Slot    uint32
+	Pad     uint32
+	Backend tcnatAddrport
+	Pad2    uint32
+}
+
 type tcnatBackendKey struct {
 	_    structs.HostLayout
 	Id   uint32
 	Slot uint32
+}
+
+type tcnatClientKey struct {
+	_    structs.HostLayout
+	Addr [4]uint32
+	Id   uint32
 }
 
 type tcnatSrcKey struct {
@@ -53,12 +68,13 @@ type tcnatSvcValue struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	tcnatMapBackends  = "backends"
-	tcnatMapServices  = "services"
-	tcnatMapSnatAddrs = "snat_addrs"
-	tcnatMapSrcRanges = "src_ranges"
-	tcnatProgTcIn4    = "tc_in4"
-	tcnatProgTcIn6    = "tc_in6"
+	tcnatMapBackends       = "backends"
+	tcnatMapClientAffinity = "client_affinity"
+	tcnatMapServices       = "services"
+	tcnatMapSnatAddrs      = "snat_addrs"
+	tcnatMapSrcRanges      = "src_ranges"
+	tcnatProgTcIn4         = "tc_in4"
+	tcnatProgTcIn6         = "tc_in6"
 )
 
 // loadTcnat returns the embedded CollectionSpec for tcnat.
@@ -111,10 +127,11 @@ type tcnatProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type tcnatMapSpecs struct {
-	Backends  *ebpf.MapSpec `ebpf:"backends"`
-	Services  *ebpf.MapSpec `ebpf:"services"`
-	SnatAddrs *ebpf.MapSpec `ebpf:"snat_addrs"`
-	SrcRanges *ebpf.MapSpec `ebpf:"src_ranges"`
+	Backends       *ebpf.MapSpec `ebpf:"backends"`
+	ClientAffinity *ebpf.MapSpec `ebpf:"client_affinity"`
+	Services       *ebpf.MapSpec `ebpf:"services"`
+	SnatAddrs      *ebpf.MapSpec `ebpf:"snat_addrs"`
+	SrcRanges      *ebpf.MapSpec `ebpf:"src_ranges"`
 }
 
 // tcnatVariableSpecs contains global variables before they are loaded into the kernel.
@@ -143,15 +160,17 @@ func (o *tcnatObjects) Close() error {
 //
 // It can be passed to loadTcnatObjects or ebpf.CollectionSpec.LoadAndAssign.
 type tcnatMaps struct {
-	Backends  *ebpf.Map `ebpf:"backends"`
-	Services  *ebpf.Map `ebpf:"services"`
-	SnatAddrs *ebpf.Map `ebpf:"snat_addrs"`
-	SrcRanges *ebpf.Map `ebpf:"src_ranges"`
+	Backends       *ebpf.Map `ebpf:"backends"`
+	ClientAffinity *ebpf.Map `ebpf:"client_affinity"`
+	Services       *ebpf.Map `ebpf:"services"`
+	SnatAddrs      *ebpf.Map `ebpf:"snat_addrs"`
+	SrcRanges      *ebpf.Map `ebpf:"src_ranges"`
 }
 
 func (m *tcnatMaps) Close() error {
 	return _TcnatClose(
 		m.Backends,
+		m.ClientAffinity,
 		m.Services,
 		m.SnatAddrs,
 		m.SrcRanges,

@@ -35,6 +35,11 @@
 
 char __license[] SEC("license") = "Dual MIT/GPL";
 
+// Every verdict that lets a packet go on is "next program" (TCX_NEXT): with
+// TCX, TC_ACT_OK would also skip the programs after this one, such as the
+// other family's.
+#define NEXT TC_ACT_UNSPEC
+
 // linux/icmp.h pulls in libc headers; the part used here.
 struct icmphdr {
 	__u8 type;
@@ -123,6 +128,30 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } snat_addrs SEC(".maps");
 
+// sessionAffinity ClientIP for the tc path: keyed by the client's address
+// (socklb.c's affinity map is keyed by network namespace, which a packet
+// from another host does not have).
+struct client_key {
+	__u32 addr[4];
+	__u32 id; // backend set of the entry point
+};
+
+struct aff_value {
+	__u64 used; // bpf_ktime_get_ns() of the last new flow
+	__u32 slot;
+	__u32 pad;
+	struct addrport backend; // checked on use: the slot may hold another one by now
+	__u32 pad2;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct client_key);
+	__type(value, struct aff_value);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} client_affinity SEC(".maps");
+
 // The conntrack kfuncs (net/netfilter/nf_conntrack_bpf.c, nf_nat_bpf.c).
 // The entries are opaque here; the loader wants the structs defined (a
 // forward declaration does not match the kernel's struct).
@@ -173,14 +202,45 @@ struct flow {
 	__u32 payload;  // L4 bytes (header and data) in the packet
 };
 
-static __always_inline struct addrport *pick(const struct svc_value *svc)
+static __always_inline int same_backend(const struct addrport *a, const struct addrport *b)
 {
-	// A shrinking set lowers count before deleting the tail (see sync.go).
-	struct backend_key bk = {.id = svc->id, .slot = bpf_get_prandom_u32() % svc->count};
-	struct addrport *be = bpf_map_lookup_elem(&backends, &bk);
+	return a->addr[0] == b->addr[0] && a->addr[1] == b->addr[1] && a->addr[2] == b->addr[2] &&
+	       a->addr[3] == b->addr[3] && a->port == b->port;
+}
+
+// pick chooses a new flow's backend: the client's sticky one while it is
+// fresh and still in its slot, else one at random.
+static __always_inline struct addrport *pick(const struct svc_value *svc, const struct flow *f)
+{
+	__u64 now = bpf_ktime_get_ns();
+	struct client_key ck = {.id = svc->id};
+	__builtin_memcpy(ck.addr, f->saddr, sizeof(ck.addr));
+	struct backend_key bk = {.id = svc->id};
+	struct addrport *be = NULL;
+	if (svc->flags & SVC_AFFINITY) {
+		struct aff_value *av = bpf_map_lookup_elem(&client_affinity, &ck);
+		if (av && now - av->used <= (__u64)svc->affinity * 1000000000ULL) {
+			bk.slot = av->slot;
+			be = bpf_map_lookup_elem(&backends, &bk);
+			if (be && !same_backend(be, &av->backend))
+				be = NULL;
+		}
+	}
 	if (!be) {
-		bk.slot = 0;
+		// A shrinking set lowers count before deleting the tail (see
+		// sync.go), so a missing slot is an instant's race: take slot 0.
+		bk.slot = bpf_get_prandom_u32() % svc->count;
 		be = bpf_map_lookup_elem(&backends, &bk);
+		if (!be) {
+			bk.slot = 0;
+			be = bpf_map_lookup_elem(&backends, &bk);
+		}
+		if (!be)
+			return NULL;
+	}
+	if (svc->flags & SVC_AFFINITY) {
+		struct aff_value av = {.used = now, .slot = bk.slot, .backend = *be};
+		bpf_map_update_elem(&client_affinity, &ck, &av, BPF_ANY);
 	}
 	return be;
 }
@@ -344,21 +404,21 @@ static __always_inline int nat(struct __sk_buff *skb, struct flow *f, struct bpf
 	__builtin_memcpy(key.addr, f->daddr, sizeof(key.addr));
 	struct svc_value *svc = bpf_map_lookup_elem(&services, &key);
 	if (!svc)
-		return TC_ACT_OK;
+		return NEXT;
 	struct bpf_ct_opts opts = {.netns_id = BPF_F_CURRENT_NETNS, .l4proto = f->proto};
 	struct nf_conn *ct = bpf_skb_ct_lookup(skb, tup, tuplen, &opts, sizeof(opts));
 	if (ct) {
 		// A known flow (or a reply's tuple): the kernel translates it.
 		bpf_ct_release(ct);
-		return TC_ACT_OK;
+		return NEXT;
 	}
 	if (!allowed_source(svc, f))
 		return TC_ACT_SHOT;
 	if (svc->count == 0)
 		return refuse(skb, f);
-	struct addrport *be = pick(svc);
+	struct addrport *be = pick(svc, f);
 	if (!be)
-		return TC_ACT_OK;
+		return NEXT;
 	union nf_inet_addr dst = {}, src = {};
 	__builtin_memcpy(dst.all, be->addr, sizeof(dst.all));
 	int port = bpf_ntohs(be->port);
@@ -383,7 +443,7 @@ static __always_inline int nat(struct __sk_buff *skb, struct flow *f, struct bpf
 		bpf_ct_release(ct);
 	// Without its NAT (or its entry: a racing first packet won) the flow
 	// must not reach the stack untranslated; the client retransmits.
-	return err || !ct ? TC_ACT_SHOT : TC_ACT_OK;
+	return err || !ct ? TC_ACT_SHOT : NEXT;
 }
 
 static __always_inline int ports(struct __sk_buff *skb, struct flow *f)
@@ -400,22 +460,22 @@ SEC("tc")
 int tc_in4(struct __sk_buff *skb)
 {
 	if (skb->protocol != bpf_htons(ETH_P_IP))
-		return TC_ACT_OK;
+		return NEXT;
 	struct iphdr ip;
 	if (bpf_skb_load_bytes(skb, ETH_HLEN, &ip, sizeof(ip)))
-		return TC_ACT_OK;
+		return NEXT;
 	if (ip.protocol != IPPROTO_TCP && ip.protocol != IPPROTO_UDP)
-		return TC_ACT_OK;
+		return NEXT;
 	// Later fragments carry no ports; conntrack reassembles them before
 	// NAT, under the entry the first fragment made.
 	if (ip.frag_off & bpf_htons(0x1fff))
-		return TC_ACT_OK;
+		return NEXT;
 	struct flow f = {.proto = ip.protocol, .saddr = {ip.saddr}, .daddr = {ip.daddr}};
 	f.l3len = ip.ihl * 4;
 	f.l4off = ETH_HLEN + f.l3len;
 	f.payload = bpf_ntohs(ip.tot_len) - f.l3len;
 	if (f.l3len < sizeof(ip) || ports(skb, &f))
-		return TC_ACT_OK;
+		return NEXT;
 	struct bpf_sock_tuple tup = {.ipv4 = {.saddr = ip.saddr, .daddr = ip.daddr, .sport = f.sport, .dport = f.dport}};
 	return nat(skb, &f, &tup, sizeof(tup.ipv4));
 }
@@ -424,20 +484,20 @@ SEC("tc")
 int tc_in6(struct __sk_buff *skb)
 {
 	if (skb->protocol != bpf_htons(ETH_P_IPV6))
-		return TC_ACT_OK;
+		return NEXT;
 	struct ipv6hdr ip;
 	if (bpf_skb_load_bytes(skb, ETH_HLEN, &ip, sizeof(ip)))
-		return TC_ACT_OK;
+		return NEXT;
 	// Extension headers are not walked: a flow to an entry point starts
 	// with TCP or UDP right after the fixed header.
 	if (ip.nexthdr != IPPROTO_TCP && ip.nexthdr != IPPROTO_UDP)
-		return TC_ACT_OK;
+		return NEXT;
 	struct flow f = {.proto = ip.nexthdr, .v6 = 1, .l3len = sizeof(ip), .l4off = ETH_HLEN + sizeof(ip)};
 	__builtin_memcpy(f.saddr, &ip.saddr, 16);
 	__builtin_memcpy(f.daddr, &ip.daddr, 16);
 	f.payload = bpf_ntohs(ip.payload_len);
 	if (ports(skb, &f))
-		return TC_ACT_OK;
+		return NEXT;
 	struct bpf_sock_tuple tup = {};
 	__builtin_memcpy(tup.ipv6.saddr, f.saddr, 16);
 	__builtin_memcpy(tup.ipv6.daddr, f.daddr, 16);
