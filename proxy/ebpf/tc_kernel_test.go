@@ -44,7 +44,7 @@ func newTCEnv(t *testing.T) *tcEnv {
 		return k.dataPlane(f)
 	})
 	k.pins = nettest.BPFFS(t)
-	k.cgroup = emptyCgroup(t)
+	k.cgroup = nettest.EmptyCgroup(t)
 	t.Cleanup(func() {
 		k.StopProxy()
 		for _, f := range []proxy.Family{proxy.IPv4, proxy.IPv6} {
@@ -59,31 +59,6 @@ func newTCEnv(t *testing.T) *tcEnv {
 func (k *tcEnv) dataPlane(f proxy.Family) *DataPlane {
 	return New(Config{Family: f, Cgroup: k.cgroup, PinDir: filepath.Join(k.pins, familyDir(f)), Log: testapi.Logger(),
 		Interfaces: []string{"c0"}, NetNS: k.Node.Path()})
-}
-
-// emptyCgroup creates a cgroup v2 child that holds no process, removed at
-// cleanup: the socket programs attach there and see none of the test's
-// sockets.
-func emptyCgroup(t *testing.T) string {
-	t.Helper()
-	for _, root := range []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup"} {
-		var fs syscall.Statfs_t
-		if syscall.Statfs(root, &fs) != nil || fs.Type != 0x63677270 { // CGROUP2_SUPER_MAGIC
-			continue
-		}
-		dir, err := os.MkdirTemp(root, "nnt-empty-")
-		if err != nil {
-			t.Fatalf("create cgroup: %v", err)
-		}
-		t.Cleanup(func() {
-			if err := os.Remove(dir); err != nil {
-				t.Errorf("remove cgroup: %v", err)
-			}
-		})
-		return dir
-	}
-	nettest.Require(t, errors.New("no cgroup v2 hierarchy mounted"))
-	return ""
 }
 
 // TestKernelTC runs the tc path's requirements against the real kernel.

@@ -28,7 +28,7 @@ import (
 func TestKernelSuiteThroughTC(t *testing.T) {
 	nettest.RequirePrivileged(t)
 	nettest.RequireTool(t, "nft")
-	pins, cgroup := nettest.BPFFS(t), emptyCgroup(t)
+	pins, cgroup := nettest.BPFFS(t), nettest.EmptyCgroup(t)
 	var node *nettest.NS
 	dp := func(f proxy.Family) *DataPlane {
 		return New(Config{Family: f, Cgroup: cgroup, PinDir: filepath.Join(pins, familyDir(f)), Log: testapi.Logger(),
