@@ -256,10 +256,15 @@ func (d *DataPlane) tcIntact() bool {
 	return true
 }
 
-// cleanupTC removes natTable (the links go with the pin directory).
-// Conntrack entries the program created stay until they expire; without
-// the NAT hooks they translate nothing.
+// cleanupTC removes natTable (the links go with the pin directory) if the
+// tc path was on here: interfaces configured or tc links pinned, so a
+// data plane that never had it runs no nft at all. Conntrack entries the
+// program created stay until they expire; without the NAT hooks they
+// translate nothing.
 func (d *DataPlane) cleanupTC() error {
+	if pins, _ := filepath.Glob(d.tcLinkPin("*")); len(d.cfg.Interfaces) == 0 && len(pins) == 0 {
+		return nil
+	}
 	fam, table := natTable(d.cfg.Family)
 	if d.cfg.NetNS != "" {
 		if _, err := os.Stat(d.cfg.NetNS); errors.Is(err, os.ErrNotExist) {
