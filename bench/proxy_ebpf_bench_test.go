@@ -28,9 +28,17 @@ func BenchmarkProxyEBPF(b *testing.B) {
 }
 
 func runProxyEBPFBench(b *testing.B, n int) {
+	runEBPFBench(b, n, "ebpf", func(*proxyBenchTopology) ebpf.Config {
+		return ebpf.Config{Family: proxy.IPv4, Cgroup: nettest.Cgroup(b), PinDir: filepath.Join(nettest.BPFFS(b), "ipv4")}
+	})
+}
+
+// runEBPFBench runs one scale of an ebpf benchmark with the data plane
+// config that config builds for the topology; mode labels the log line.
+func runEBPFBench(b *testing.B, n int, mode string, config func(*proxyBenchTopology) ebpf.Config) {
 	ctx := context.Background()
 	topo := newProxyBenchTopology(b)
-	cfg := ebpf.Config{Family: proxy.IPv4, Cgroup: nettest.Cgroup(b), PinDir: filepath.Join(nettest.BPFFS(b), "ipv4")}
+	cfg := config(topo)
 	defer func() {
 		if err := ebpf.New(cfg).Cleanup(ctx); err != nil {
 			b.Error(err)
@@ -41,6 +49,6 @@ func runProxyEBPFBench(b *testing.B, n int) {
 	ch := Summarize(replaceEndpoints(b, ctx, p, n, rng))
 	co := Summarize(timeConnects(b, topo, n, rng))
 	reportProxyFigures(b, sy, ch, co)
-	b.Logf("%d services (ebpf): full sync %v, restart sync %v, heap %.1f MiB, peak RSS %.1f MiB, %v map entries; change→maps %v; connect %v",
-		n, sy.full.Round(time.Millisecond), sy.restart.Round(time.Millisecond), sy.heap, sy.peakRSS, sy.rules, ch, co)
+	b.Logf("%d services (%s): full sync %v, restart sync %v, heap %.1f MiB, peak RSS %.1f MiB, %v map entries; change→maps %v; connect %v",
+		n, mode, sy.full.Round(time.Millisecond), sy.restart.Round(time.Millisecond), sy.heap, sy.peakRSS, sy.rules, ch, co)
 }

@@ -26,16 +26,8 @@ var cgroup2Roots = []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup"}
 // back to its own cgroup and removes the child, even when the test fails.
 func Cgroup(t testing.TB) string {
 	t.Helper()
-	root := ""
-	for _, dir := range cgroup2Roots {
-		var fs unix.Statfs_t
-		if unix.Statfs(dir, &fs) == nil && fs.Type == unix.CGROUP2_SUPER_MAGIC {
-			root = dir
-			break
-		}
-	}
+	root := cgroup2Root(t)
 	if root == "" {
-		gate(t, errors.New("no cgroup v2 hierarchy mounted"), strict())
 		return ""
 	}
 	orig, err := ownCgroup(root)
@@ -59,6 +51,41 @@ func Cgroup(t testing.TB) string {
 		t.Fatalf("move into cgroup %s: %v", dir, err)
 	}
 	return dir
+}
+
+// EmptyCgroup creates a throwaway cgroup v2 child ("nnt-<random>") that
+// holds no process, removed at cleanup: eBPF socket programs attached there
+// translate none of the test's sockets, so the test's traffic reaches a
+// node namespace as packets, as another host's would.
+func EmptyCgroup(t testing.TB) string {
+	t.Helper()
+	root := cgroup2Root(t)
+	if root == "" {
+		return ""
+	}
+	dir := filepath.Join(root, "nnt-"+randomHex())
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatalf("create cgroup: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := os.Remove(dir); err != nil {
+			t.Errorf("remove cgroup: %v", err)
+		}
+	})
+	return dir
+}
+
+// cgroup2Root is where the cgroup v2 hierarchy is mounted; "" (after
+// gating the test) when there is none.
+func cgroup2Root(t testing.TB) string {
+	for _, dir := range cgroup2Roots {
+		var fs unix.Statfs_t
+		if unix.Statfs(dir, &fs) == nil && fs.Type == unix.CGROUP2_SUPER_MAGIC {
+			return dir
+		}
+	}
+	gate(t, errors.New("no cgroup v2 hierarchy mounted"), strict())
+	return ""
 }
 
 // ownCgroup is this process's directory in the cgroup v2 hierarchy at root.

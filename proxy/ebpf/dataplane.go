@@ -38,6 +38,14 @@ type Config struct {
 	// links; "" means DefaultPinRoot/ipv4 or /ipv6.
 	PinDir string
 	Log    *slog.Logger
+
+	// Interfaces are the node's external interfaces: traffic arriving on
+	// them for an entry point is translated by a TCX ingress program
+	// (tc.go). Empty: socket-level load balancing only.
+	Interfaces []string
+	// NetNS is the network namespace (a path such as /run/netns/node-a)
+	// Interfaces live in; "" is this process's own.
+	NetNS string
 }
 
 // hook is one program and where it attaches.
@@ -165,9 +173,17 @@ func (d *DataPlane) load() (err error) {
 	if err := d.attach(coll); err != nil {
 		return err
 	}
+	srcRanges, err := d.loadTC()
+	if err != nil {
+		return err
+	}
 	svcs, bes := coll.Maps[socklbMapServices], coll.Maps[socklbMapBackends]
 	d.maps = []*ebpf.Map{svcs, bes, coll.Maps[socklbMapReverse], coll.Maps[socklbMapAffinity]}
 	d.state = newState(d.cfg.Family, kernelTable[svcKey, svcValue]{svcs}, kernelTable[backendKey, addrPort]{bes}, d.log)
+	if srcRanges != nil {
+		d.maps = append(d.maps, srcRanges)
+		d.state.ranges = newRangeSet(kernelTable[tcnatSrcKey, uint8]{srcRanges})
+	}
 	return nil
 }
 
@@ -250,6 +266,10 @@ func (d *DataPlane) Intact(ctx context.Context) (bool, error) {
 			return false, err
 		}
 	}
+	if !d.tcIntact() {
+		d.Close()
+		return false, nil
+	}
 	return true, nil
 }
 
@@ -267,6 +287,9 @@ func (d *DataPlane) Close() {
 // them. Nothing pinned is success.
 func (d *DataPlane) Cleanup(ctx context.Context) error {
 	d.Close()
+	if err := d.cleanupTC(); err != nil {
+		return err
+	}
 	ents, err := os.ReadDir(d.cfg.PinDir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil

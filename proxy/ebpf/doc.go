@@ -1,7 +1,9 @@
-// Package ebpf is nodenet's eBPF data plane, first milestone: socket-level
-// load balancing. It implements proxy.DataPlane for one IP family with BPF
-// programs on cgroup socket hooks (bpf/socklb.c, compiled by bpf2go; the
-// generated socklb_bpfel.go/.o are committed, so building needs no clang).
+// Package ebpf is nodenet's eBPF data plane: socket-level load balancing,
+// and a tc path for traffic from outside the node (see "Traffic from
+// outside the node"). It implements proxy.DataPlane for one IP family with
+// BPF programs on cgroup socket hooks (bpf/socklb.c) and on TCX ingress
+// (bpf/tcnat.c), compiled by bpf2go; the generated *_bpfel.go/.o are
+// committed, so building needs no clang.
 //
 // # Why socket-level
 //
@@ -83,15 +85,89 @@
 // pass only because the client's sockets are in the cgroup, so they prove
 // nothing about external traffic. It is therefore not wired in yet.
 //
+// # Traffic from outside the node (tc path)
+//
+// Packets that did not start in the cgroup — NodePort on the node's
+// addresses, externalIPs and LoadBalancer IPs from other hosts, a ClusterIP
+// routed to the node by a host without socket-LB — are translated by a
+// TCX ingress program (bpf/tcnat.c: tc_in4/tc_in6, a second bpf2go object,
+// tcgen.go) on each interface of Config.Interfaces, in Config.NetNS. It
+// reads the same services/backends maps (opened by pin; the tc object's
+// copies of the types are the socket object's, TestTCMapsMatchSocketLB).
+//
+//	first packet of a flow to an entry point:
+//	  known to conntrack (bpf_skb_ct_lookup)?  → pass, the kernel NATs it
+//	  LB IP with source ranges, source outside → drop (like the iptables
+//	                                             mode's DROP)
+//	  no endpoints → TCP reset / ICMP(v6) port unreachable built in place
+//	                 and sent back out of the interface (bpf_redirect)
+//	  else pick a backend (random, or the client address's sticky one:
+//	  client_affinity, LRU) and create the conntrack entry with its NAT
+//	  set up: bpf_skb_ct_alloc, bpf_ct_set_nat_info(DST → backend) and,
+//	  unless externalTrafficPolicy is Local (flagKeepSource), (SRC → the
+//	  node's address on that interface, snat_addrs), bpf_ct_insert_entry.
+//
+// Every later packet, both directions, is translated by the kernel's own
+// NAT from that entry: checksums, TCP state, fragments, timeouts, replies
+// un-NATed wherever they arrive (the pod-facing side included), and
+// `conntrack -L` shows the flows and `-D` (the proxy core's stale-UDP
+// cleanup) ends them. The program never rewrites a packet it passes.
+//
+// Why the conntrack kfuncs and not an own LRU map + bpf_l3/l4_csum_replace:
+// with its own map the program would have to rewrite every packet in both
+// directions on every path a reply can take (SNATed replies are addressed
+// to the node and arrive on pod-facing interfaces the program is not on),
+// handle TCP teardown, ICMP errors and fragments itself, and the proxy
+// core's conntrack cleanup would not see its flows. With the kfuncs the
+// program is one hash lookup plus one conntrack lookup per packet to an
+// entry point (every other packet: one hash lookup), and NAT costs what
+// the iptables/nftables modes' NAT costs, without their rule walk. The
+// price: the namespace must track and NAT at all, which needs one
+// nftables NAT chain (natTable, `table ip|ip6 nodenet-ebpf`, one rule that
+// decides nothing; without a rule reading conntrack state the kernel
+// registers no conntrack hooks and the NAT silently does not happen —
+// measured: the entry is created, the SYN is answered by a reset). The tc
+// path therefore needs nft on the node. Bench: BenchmarkProxyEBPFTC
+// against BenchmarkProxyNFTables (bench/).
+//
+// TCX: verdicts that let a packet on are TCX_NEXT, not TC_ACT_OK (which
+// would skip the programs after this one: the other family's was never
+// run). Links are pinned as link-tc_in4|6-<interface> beside the cgroup
+// links and re-pointed at the new program by a restarting process (no
+// gap; an interface re-created with another index gets a new link); links
+// of interfaces no longer configured are detached at load; Cleanup detaches
+// and unpins them with the rest and deletes natTable. Conntrack entries
+// left by the program then translate nothing and expire.
+//
+// loadBalancerSourceRanges: LB IP entry points with ranges carry
+// flagSrcRanges and their allowed prefixes are in src_ranges (LPM trie
+// keyed {entry point id, address}); syncs keep it with the entry point
+// (tcsync.go: written, changed, removed, strays dropped by a full sync).
+//
+// Tests: tc_kernel_test.go, proxytest's topology with the socket programs on
+// an empty cgroup (nettest.EmptyCgroup) and tc on the node's client-facing
+// veth: NodePort to a remote backend (SNAT) and to a local one with eTP
+// Local (client address kept), externalIP and LB IP, UDP, refusal of TCP
+// and UDP on an external IP (IPv4 and IPv6), source ranges allow/deny,
+// affinity by client address, endpoint change (new flows move, an
+// established one stays), IPv6 NodePort, restart on the same pins (same
+// link, established flow alive) and Cleanup (nothing attached, no pin, no
+// table). tc_suite_test.go (-tags tcsuite) runs proxytest.KernelSuite with
+// tc on all of the node's interfaces and nothing in the cgroup: every case
+// passes (hairpin included: the pod's packets are translated on its veth)
+// except Metrics, which depends on the mode's registration.
+//
+// Not on the tc path: wildcard NodePorts (the entry points are the node's
+// addresses from its Node object, as for the socket programs), IPv6
+// extension headers before TCP/UDP, IPv4 options on a refused packet (it
+// is dropped instead), SCTP.
+//
 // # Not yet (next milestones of issue 14)
 //
-// Traffic that does not start in the cgroup (NodePort/externalIPs/LB from
-// other hosts, hairpin through the node) needs tc/TCX programs with
-// DNAT/SNAT and a conntrack map; until then `--proxy-mode ebpf` stays
-// refused by `nodenet proxy`. Also to come: connected UDP sockets moving
-// off a removed backend (socket destroy; today they keep their backend),
-// IPv4-mapped IPv6 destinations on IPv6 sockets,
-// loadBalancerSourceRanges, metrics on map occupancy and a --dump flag
-// (DataPlane.Dump exists), and restricting translation to one node's pods
-// when several nodes share a kernel.
+// `--proxy-mode ebpf` is still refused by `nodenet proxy`. Also to come:
+// connected UDP sockets moving off a removed backend (socket destroy;
+// today they keep their backend), IPv4-mapped IPv6 destinations on IPv6
+// sockets, metrics on map occupancy and a --dump flag (DataPlane.Dump
+// exists), and restricting translation to one node's pods when several
+// nodes share a kernel.
 package ebpf

@@ -16,15 +16,22 @@ import (
 )
 
 // TestGeneratedObjectIsFresh regenerates the bpf2go output from
-// bpf/socklb.c with gen.go's own command into a temporary directory and
-// requires the committed files to be identical: a C change without
-// `go generate` (or a stale .o) fails here. Needs clang, llvm-strip and
-// libbpf-dev (CI installs them; without NODENET_PRIVILEGED=1 it skips).
+// bpf/socklb.c (and bpf/tcnat.c) with gen.go's (tcgen.go's) own command
+// into a temporary directory and requires the committed files to be
+// identical: a C change without `go generate` (or a stale .o) fails here.
+// Needs clang, llvm-strip and libbpf-dev (CI installs them; without
+// NODENET_PRIVILEGED=1 it skips).
 func TestGeneratedObjectIsFresh(t *testing.T) {
 	nettest.RequireTool(t, "clang")
 	nettest.RequireTool(t, "llvm-strip")
 	nettest.RequireSysfs(t, "/usr/include/bpf/bpf_helpers.h")
-	src, err := os.ReadFile("gen.go")
+	for gen, object := range map[string]string{"gen.go": "socklb", "tcgen.go": "tcnat"} {
+		t.Run(object, func(t *testing.T) { checkFresh(t, gen, object) })
+	}
+}
+
+func checkFresh(t *testing.T, gen, object string) {
+	src, err := os.ReadFile(gen)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,16 +42,16 @@ func TestGeneratedObjectIsFresh(t *testing.T) {
 		}
 	}
 	if len(args) < 3 || args[0] != "go" || !strings.HasSuffix(args[2], "/bpf2go") {
-		t.Fatalf("gen.go has no `go run …/bpf2go` generate line: %q", args)
+		t.Fatalf("%s has no `go run …/bpf2go` generate line: %q", gen, args)
 	}
 	out := t.TempDir()
 	args = append(append(args[:3:3], "-output-dir", out), args[3:]...)
 	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Env = append(os.Environ(), "GOPACKAGE=ebpf", "GOFILE=gen.go")
+	cmd.Env = append(os.Environ(), "GOPACKAGE=ebpf", "GOFILE="+gen)
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("bpf2go: %v\n%s", err, b)
 	}
-	for _, f := range []string{"socklb_bpfel.go", "socklb_bpfel.o"} {
+	for _, f := range []string{object + "_bpfel.go", object + "_bpfel.o"} {
 		want, err := os.ReadFile(filepath.Join(out, f))
 		if err != nil {
 			t.Fatal(err)

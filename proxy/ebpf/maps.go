@@ -70,6 +70,7 @@ type entry struct {
 	flags    uint32
 	affinity uint32 // seconds
 	backends []addrPort
+	ranges   []netip.Prefix // allowed sources with flagSrcRanges (tc path)
 }
 
 // entries lists sp's entry points that socket-level load balancing serves:
@@ -95,14 +96,20 @@ func entries(snap *proxy.Snapshot, sp *proxy.ServicePort) []entry {
 	}
 	out := []entry{mk(sp.ClusterIP, sp.Port, sp.Selected.InternalEndpoints(sp))}
 	external := sp.Selected.ExternalEndpoints(sp)
-	for _, lists := range [][]netip.Addr{sp.ExternalIPs, sp.LoadBalancerIPs} {
-		for _, a := range lists {
-			out = append(out, mk(a, sp.Port, external))
-		}
+	for _, a := range sp.ExternalIPs {
+		out = append(out, mk(a, sp.Port, external))
+	}
+	for _, a := range sp.LoadBalancerIPs {
+		out = append(out, withSourceRanges(mk(a, sp.Port, external), snap.Family, sp.LoadBalancerSourceRanges))
 	}
 	if sp.NodePort != 0 {
 		for _, a := range nodePortAddrs(snap) {
 			out = append(out, mk(a, sp.NodePort, external))
+		}
+	}
+	if sp.ExternalPolicyLocal {
+		for i := 1; i < len(out); i++ { // every entry point but the ClusterIP
+			out[i].flags |= flagKeepSource
 		}
 	}
 	return out

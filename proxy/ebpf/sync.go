@@ -41,6 +41,8 @@ type state struct {
 	// first sync is then a few syscalls instead of one per entry.
 	pending  []pendingVIP
 	batching bool
+
+	ranges *rangeSet // src_ranges of the tc path (tcsync.go); nil without it
 }
 
 type pendingVIP struct {
@@ -73,6 +75,9 @@ func (s *state) full(snap *proxy.Snapshot) error {
 	if err != nil {
 		return err
 	}
+	if err := s.ranges.load(); err != nil {
+		return err
+	}
 	want := map[svcKey]bool{}
 	s.batching = true
 	for _, name := range snap.SortedNames() {
@@ -102,6 +107,9 @@ func (s *state) full(snap *proxy.Snapshot) error {
 			return err
 		}
 		s.written++
+	}
+	if err := s.dropOrphanRanges(); err != nil {
+		return err
 	}
 	return s.lastErr()
 }
@@ -173,6 +181,7 @@ func (s *state) flush() {
 	for i, v := range vs {
 		s.vips[sks[i]] = v
 		s.nSlots += len(v.slots)
+		s.setRanges(v.owner, pend[i].e, v.val.Id)
 	}
 }
 
@@ -279,6 +288,7 @@ func (s *state) write(owner proxy.ServicePortName, e entry) bool {
 	}
 	s.nSlots += len(slots) - len(v.slots)
 	v.owner, v.val, v.slots = owner, val, slots
+	s.setRanges(owner, e, val.Id)
 	return true
 }
 
@@ -298,7 +308,9 @@ func (s *state) remove(k svcKey) error {
 	}
 	delete(s.vips, k)
 	s.nSlots -= len(v.slots)
-	return nil
+	n, err := s.ranges.set(v.val.Id, nil)
+	s.written += n
+	return err
 }
 
 // lastErr is every write error of this sync (map-full skips excluded).
