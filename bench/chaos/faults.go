@@ -1,0 +1,260 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/nodenet/nodenet/cluster"
+	"github.com/nodenet/nodenet/daemonset/manifest"
+)
+
+// env is what faults act on: the cluster, its first node (the faulted
+// one) and its vpc namespace.
+type env struct {
+	cs        kubernetes.Interface
+	name      string // cluster name
+	backend   string
+	proxyMode string
+	nodes     []corev1.Node
+	short     bool
+	// timeout bounds how long a fault may take to be repaired before the
+	// suite records it as not converged and goes on.
+	timeout time.Duration
+}
+
+func (e *env) nodeNetns(i int) string { return cluster.NodeNetns(e.name, i) }
+func (e *env) vpcNetns() string       { return cluster.VPCNetns(e.name) }
+
+// Outcome is what one fault did, in time. Converge is computed later from
+// Restored, Green and the load's last failure in the window.
+type Outcome struct {
+	Start    time.Time // the fault was injected
+	Restored time.Time // its cause ended: the daemon runs again, churn stopped (= Start for a one-shot change)
+	Green    time.Time // every check green again (zero: not within the timeout)
+	Note     string
+}
+
+// Fault is one line of the report.
+type Fault struct {
+	Name string
+	// Class selects the issue's targets the line is held to.
+	Class  targetClass
+	Inject func(ctx context.Context, e *env) (Outcome, error)
+	// Applies is false where the fault has no meaning (an FDB entry under
+	// host-gw); nil means always.
+	Applies func(e *env) bool
+}
+
+type targetClass int
+
+const (
+	classOther      targetClass = iota
+	classDaemonKill             // 0 broken established, converge < 2 s after back
+	classDataDaemon             // and 0 failed new connections (proxy, flanneld)
+)
+
+// killFault is kill -9 of `nodenet sub` in netns; healthy says when the
+// restarted daemon serves again.
+func killFault(name, sub string, class targetClass, netns func(e *env) string, healthy func(ctx context.Context, e *env) bool) Fault {
+	return Fault{Name: name, Class: class, Inject: func(ctx context.Context, e *env) (Outcome, error) {
+		ns := netns(e)
+		o := Outcome{Start: time.Now()}
+		old, err := kill9(ns, sub)
+		if err != nil {
+			return o, err
+		}
+		o.Restored = waitFor(ctx, e.timeout, func() bool {
+			pid, err := daemonPID(ns, sub)
+			return err == nil && pid != 0 && pid != old
+		})
+		if o.Restored.IsZero() {
+			return o, fmt.Errorf("nodenet %s did not come back within %s", sub, e.timeout)
+		}
+		o.Green = waitFor(ctx, e.timeout, func() bool { return healthy(ctx, e) })
+		pid, _ := daemonPID(ns, sub)
+		o.Note = fmt.Sprintf("pid %d → %d", old, pid)
+		return o, nil
+	}}
+}
+
+func node1(e *env) string { return e.nodeNetns(1) }
+func vpc(e *env) string   { return e.vpcNetns() }
+
+// Faults in the order the suite runs them; short selects the CI subset.
+func faults(short bool) []Fault {
+	proxyHealthy := func(_ context.Context, e *env) bool {
+		return httpOK(e.nodeNetns(1), net.JoinHostPort("127.0.0.1", strconv.Itoa(manifest.ProxyHealthPort)), "/healthz")
+	}
+	flanneldHealthy := func(_ context.Context, e *env) bool {
+		return httpOK(e.nodeNetns(1), net.JoinHostPort("127.0.0.1", strconv.Itoa(manifest.FlanneldHealthPort)), "/healthz")
+	}
+	agentHealthy := func(_ context.Context, e *env) bool {
+		return listening(e.nodeNetns(1), net.JoinHostPort(internalIP(e.nodes[0]), "10250"))
+	}
+	always := func(context.Context, *env) bool { return true }
+	apiHealthy := func(ctx context.Context, e *env) bool { return apiReady(ctx, e.cs) }
+	all := []Fault{
+		killFault("kill -9 proxy (node-1)", "proxy", classDataDaemon, node1, proxyHealthy),
+		killFault("kill -9 flanneld (node-1)", "flanneld", classDataDaemon, node1, flanneldHealthy),
+		killFault("kill -9 agent (node-1)", "agent", classDaemonKill, node1, agentHealthy),
+		killFault("kill -9 controller-manager", "controller-manager", classDaemonKill, vpc, always),
+		killFault("kill -9 apiserver (embedded etcd)", "apiserver", classDaemonKill, vpc, apiHealthy),
+		{Name: "proxy rules flushed (iptables -t nat -F KUBE-SERVICES, node-1)", Inject: flushProxyRules, Applies: func(e *env) bool { return e.proxyMode == "iptables" }},
+		{Name: "flanneld route to node-2's podCIDR deleted (node-1)", Inject: deleteRoute},
+		{Name: "VXLAN FDB entry of node-2 deleted (node-1)", Inject: deleteFDB, Applies: func(e *env) bool { return e.backend == "vxlan" }},
+		{Name: "endpoint churn: 10 endpoints/s replaced", Inject: churn},
+	}
+	if short {
+		// CI: one daemon of each kind on the node, one hand repair, short churn.
+		return []Fault{all[0], all[1], all[2], all[6], all[8]}
+	}
+	return all
+}
+
+// iptablesOf finds which iptables (nft or legacy backend) holds the
+// proxy's KUBE-SERVICES rules in netns, and how many there are.
+func iptablesOf(ctx context.Context, netns string) (string, int, error) {
+	for _, bin := range []string{"iptables", "iptables-legacy"} {
+		out, err := run(ctx, "ip", "netns", "exec", netns, bin+"-save", "-t", "nat")
+		if err != nil {
+			continue
+		}
+		if n := strings.Count(out, "-A KUBE-SERVICES "); n > 0 {
+			return bin, n, nil
+		}
+	}
+	return "", 0, fmt.Errorf("no KUBE-SERVICES rules in %s (is the proxy in iptables mode?)", netns)
+}
+
+func flushProxyRules(ctx context.Context, e *env) (Outcome, error) {
+	ns := e.nodeNetns(1)
+	bin, before, err := iptablesOf(ctx, ns)
+	if err != nil {
+		return Outcome{}, err
+	}
+	o := Outcome{Start: time.Now()}
+	o.Restored = o.Start
+	if _, err := run(ctx, "ip", "netns", "exec", ns, bin, "-t", "nat", "-F", "KUBE-SERVICES"); err != nil {
+		return o, err
+	}
+	o.Green = waitFor(ctx, e.timeout, func() bool {
+		_, n, err := iptablesOf(ctx, ns)
+		return err == nil && n >= before
+	})
+	o.Note = fmt.Sprintf("%s: %d rules flushed", bin, before)
+	return o, nil
+}
+
+func deleteRoute(ctx context.Context, e *env) (Outcome, error) {
+	ns, cidr := e.nodeNetns(1), e.nodes[1].Spec.PodCIDR
+	show := func() (string, error) { return run(ctx, "ip", "-n", ns, "-4", "route", "show", "exact", cidr) }
+	route, err := show()
+	if err != nil || strings.TrimSpace(route) == "" {
+		return Outcome{}, fmt.Errorf("%s has no route to %s: %v", ns, cidr, err)
+	}
+	o := Outcome{Start: time.Now()}
+	o.Restored = o.Start
+	if _, err := run(ctx, "ip", "-n", ns, "route", "del", cidr); err != nil {
+		return o, err
+	}
+	o.Green = waitFor(ctx, e.timeout, func() bool {
+		r, err := show()
+		return err == nil && strings.TrimSpace(r) != ""
+	})
+	o.Note = "route " + strings.TrimSpace(route)
+	return o, nil
+}
+
+// vxlanDevice is flannel's VXLAN device (VNI 1).
+const vxlanDevice = "flannel.1"
+
+func deleteFDB(ctx context.Context, e *env) (Outcome, error) {
+	ns, peer := e.nodeNetns(1), internalIP(e.nodes[1])
+	find := func() string {
+		out, err := run(ctx, "bridge", "-n", ns, "fdb", "show", "dev", vxlanDevice)
+		if err != nil {
+			return ""
+		}
+		for _, l := range strings.Split(out, "\n") {
+			if f := strings.Fields(l); len(f) > 2 && strings.Contains(l, "dst "+peer+" ") {
+				return f[0]
+			}
+		}
+		return ""
+	}
+	mac := find()
+	if mac == "" {
+		return Outcome{}, fmt.Errorf("%s: no FDB entry on %s for %s", ns, vxlanDevice, peer)
+	}
+	o := Outcome{Start: time.Now()}
+	o.Restored = o.Start
+	if _, err := run(ctx, "bridge", "-n", ns, "fdb", "del", mac, "dev", vxlanDevice, "dst", peer); err != nil {
+		return o, err
+	}
+	o.Green = waitFor(ctx, e.timeout, func() bool { return find() == mac })
+	o.Note = fmt.Sprintf("%s dst %s", mac, peer)
+	return o, nil
+}
+
+// churn replaces 10 endpoints a second behind the busy Service: every
+// 100 ms a new echo pod (with the Service's labels) is created and, once
+// ten are up, the oldest deleted. Green: every churn pod gone and the
+// Service back to its stable endpoints.
+func churn(ctx context.Context, e *env) (Outcome, error) {
+	d := time.Minute
+	if e.short {
+		d = 10 * time.Second
+	}
+	const keep = 10
+	pods := e.cs.CoreV1().Pods(workloadNS)
+	labels := map[string]string{"app": "echo", "churn": "yes"}
+	var live []string
+	o := Outcome{Start: time.Now()}
+	var errs []error
+	tick := time.NewTicker(100 * time.Millisecond)
+	created := 0
+	for time.Since(o.Start) < d {
+		<-tick.C
+		node := e.nodes[created%len(e.nodes)].Name
+		name := fmt.Sprintf("churn-%d", created)
+		created++
+		if _, err := pods.Create(ctx, pinned(cluster.EchoPod(workloadNS, name, labels), node), metav1.CreateOptions{}); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		live = append(live, name)
+		if len(live) > keep {
+			if err := pods.Delete(ctx, live[0], metav1.DeleteOptions{}); err != nil {
+				errs = append(errs, err)
+			}
+			live = live[1:]
+		}
+	}
+	tick.Stop()
+	o.Restored = time.Now()
+	for _, name := range live {
+		if err := pods.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	stable := len(e.nodes) * echoPerNode
+	o.Green = waitFor(ctx, e.timeout, func() bool {
+		l, err := pods.List(ctx, metav1.ListOptions{LabelSelector: "churn=yes"})
+		if err != nil || len(l.Items) > 0 {
+			return false
+		}
+		n, err := readyEndpoints(ctx, e.cs)
+		return err == nil && n == stable
+	})
+	o.Note = fmt.Sprintf("%d pods created and deleted over %s", created, d)
+	return o, errors.Join(errs...)
+}
