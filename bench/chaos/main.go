@@ -19,9 +19,9 @@ import (
 
 type options struct {
 	bin, backends, backend, proxyMode, name, out string
-	short                              bool
-	load                               Load
-	timeout                            time.Duration
+	short                                        bool
+	load                                         Load
+	timeout                                      time.Duration
 }
 
 func main() {

@@ -103,9 +103,9 @@ func secs(d time.Duration) string {
 // Meta is the report's header.
 type Meta struct {
 	Commit, Backend, ProxyMode string
-	Load                                Load
-	Date                                time.Time
-	Duration                            time.Duration
+	Load                       Load
+	Date                       time.Time
+	Duration                   time.Duration
 }
 
 // writeReport renders the Markdown report.
