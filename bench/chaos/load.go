@@ -71,6 +71,9 @@ type Tally struct {
 	Errors   map[string]int // distinct error texts (the report's notes)
 	// LastFailure is the time of the window's last failure (zero: none).
 	LastFailure time.Time
+	// MaxStall is the worst lateness of the clients' schedules: CPU
+	// starvation, which fails requests by timeout with no fault at all.
+	MaxStall time.Duration
 }
 
 // tally attributes reports and failures to [from, to): a failure by its
@@ -83,6 +86,7 @@ func tally(reps []loadgen.Report, from, to time.Time) Tally {
 			for k, n := range r.Attempts {
 				t.Attempts[k] += n
 			}
+			t.MaxStall = max(t.MaxStall, time.Duration(r.StallMs)*time.Millisecond)
 		}
 		for _, f := range r.Failures {
 			ft := time.UnixMilli(f.T)

@@ -18,10 +18,10 @@ import (
 )
 
 type options struct {
-	bin, backends, backend, proxyMode, name, out string
-	short                                        bool
-	load                                         Load
-	timeout                                      time.Duration
+	bin, backends, backend, proxyMode, name, out, only string
+	short                                              bool
+	load                                               Load
+	timeout                                            time.Duration
 }
 
 func main() {
@@ -31,6 +31,7 @@ func main() {
 	flag.StringVar(&o.proxyMode, "proxy-mode", "iptables", "the nodes' proxy mode")
 	flag.StringVar(&o.name, "name", "chaos", "cluster name (namespaces nn-<name>-*)")
 	flag.StringVar(&o.out, "out", "bench/results/chaos.md", "the Markdown report")
+	flag.StringVar(&o.only, "only", "", "run only the faults whose name contains this (investigating one)")
 	flag.BoolVar(&o.short, "short", false, "CI form: a subset of the faults, 10 s of churn")
 	flag.IntVar(&o.load.Rate, "rate", 200, "new TCP connections per second to each of the ClusterIP and the NodePort")
 	flag.IntVar(&o.load.Long, "long", 50, "long-lived TCP connections")
@@ -97,6 +98,7 @@ func startUp(o options, nodenet, dir, logFile string) (stop func(), err error) {
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	return func() {
+		keepPodLogs(dir)
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-done:
@@ -105,10 +107,23 @@ func startUp(o options, nodenet, dir, logFile string) (stop func(), err error) {
 			<-done
 		}
 		f.Close()
-		if out, err := exec.Command(nodenet, "down", "--dir", dir, "--name", o.name).CombinedOutput(); err != nil {
+		if out, err := exec.Command(nodenet, "down", "--dir", dir, "--name", o.name, "--keep-logs").CombinedOutput(); err != nil {
 			fmt.Fprintf(os.Stderr, "chaos: nodenet down: %v: %s\n", err, out)
 		}
 	}, nil
+}
+
+// keepPodLogs copies the containers' logs (the daemons' and the load's)
+// from the nodes' state directories, which teardown removes, into
+// <dir>/logs, which it keeps.
+func keepPodLogs(dir string) {
+	nodes, _ := filepath.Glob(filepath.Join(dir, "nodes", "*"))
+	for _, n := range nodes {
+		src := filepath.Join(n, "pods", "logs")
+		if out, err := exec.Command("cp", "-a", src, filepath.Join(dir, "logs", "pods-"+filepath.Base(n))).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "chaos: keep %s: %v: %s\n", src, err, out)
+		}
+	}
 }
 
 func waitFile(ctx context.Context, path string, timeout time.Duration) error {
@@ -184,6 +199,9 @@ func runSuite(ctx context.Context, o options, report *bytes.Buffer) error {
 	for _, f := range faults(o.short) {
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if !strings.Contains(f.Name, o.only) {
+			continue
 		}
 		l := Line{Fault: f.Name, Class: f.Class}
 		if f.Applies != nil && !f.Applies(e) {

@@ -97,6 +97,10 @@ type Report struct {
 	Attempts map[string]int `json:"attempts"`
 	Failures []Failure      `json:"failures,omitempty"`
 	Open     int            `json:"open"` // long-lived connections up at T
+	// StallMs is how late the load's schedule ran at worst in the second
+	// (ms): a client starved of CPU fails by timeout without any fault of
+	// the network, and this tells such seconds apart.
+	StallMs int64 `json:"stallMs"`
 }
 
 // recorder collects one second's attempts and failures.
@@ -105,6 +109,13 @@ type recorder struct {
 	attempts map[string]int
 	failures []Failure
 	open     int
+	stall    time.Duration
+}
+
+func (r *recorder) late(d time.Duration) {
+	r.mu.Lock()
+	r.stall = max(r.stall, d)
+	r.mu.Unlock()
 }
 
 func (r *recorder) attempt(kind string, started time.Time, err error) {
@@ -125,8 +136,8 @@ func (r *recorder) addOpen(d int) {
 func (r *recorder) flush(now time.Time) Report {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	rep := Report{T: now.UnixMilli(), Attempts: r.attempts, Failures: r.failures, Open: r.open}
-	r.attempts, r.failures = map[string]int{}, nil
+	rep := Report{T: now.UnixMilli(), Attempts: r.attempts, Failures: r.failures, Open: r.open, StallMs: r.stall.Milliseconds()}
+	r.attempts, r.failures, r.stall = map[string]int{}, nil, 0
 	return rep
 }
 
@@ -139,7 +150,7 @@ func Run(ctx context.Context, o Options) error {
 	var wg sync.WaitGroup
 	for _, t := range o.New {
 		wg.Add(1)
-		go func() { defer wg.Done(); every(ctx, o.Rate, func() { go newConn(ctx, rec, t, o.Timeout) }) }()
+		go func() { defer wg.Done(); every(ctx, rec, o.Rate, func() { go newConn(ctx, rec, t, o.Timeout) }) }()
 	}
 	for i := 0; i < o.Long; i++ {
 		if o.LongAddr == "" {
@@ -152,7 +163,7 @@ func Run(ctx context.Context, o Options) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			every(ctx, o.UDPRate, func() { go udpRequest(ctx, rec, o.UDPAddr, o.Timeout) })
+			every(ctx, rec, o.UDPRate, func() { go udpRequest(ctx, rec, o.UDPAddr, o.Timeout) })
 		}()
 	}
 	enc := json.NewEncoder(o.Out)
@@ -173,7 +184,8 @@ func Run(ctx context.Context, o Options) error {
 
 // every calls f rate times a second, on a fixed schedule: a slow second
 // does not shift the next one (open-loop load, as a real client fleet).
-func every(ctx context.Context, rate int, f func()) {
+// How late a call runs is recorded as the second's stall.
+func every(ctx context.Context, rec *recorder, rate int, f func()) {
 	interval := time.Second / time.Duration(rate)
 	start := time.Now()
 	for n := 0; ; n++ {
@@ -187,6 +199,7 @@ func every(ctx context.Context, rate int, f func()) {
 		} else if ctx.Err() != nil {
 			return
 		}
+		rec.late(time.Since(next))
 		f()
 	}
 }
