@@ -26,6 +26,7 @@ type env struct {
 	proxyMode string
 	nodes     []corev1.Node
 	short     bool
+	dir       string // the cluster's state directory
 	// timeout bounds how long a fault may take to be repaired before the
 	// suite records it as not converged and goes on.
 	timeout time.Duration
@@ -112,10 +113,13 @@ func faults(short bool) []Fault {
 		{Name: "flanneld route to node-2's podCIDR deleted (node-1)", Inject: deleteRoute},
 		{Name: "VXLAN FDB entry of node-2 deleted (node-1)", Inject: deleteFDB, Applies: func(e *env) bool { return e.backend == "vxlan" }},
 		{Name: "endpoint churn: 10 endpoints/s replaced", Inject: churn},
+		{Name: "IPAM store full (tmpfs) during pod creation (node-3)", Inject: diskFull},
+		{Name: "API server frozen 10 s, then killed (restart with an empty watch cache)", Class: classDaemonKill, Inject: apiserverGap(10*time.Second, 15*time.Second)},
+		{Name: "node-1 cut off from the node network for 30 s (vpc link down)", Inject: linkDown(30 * time.Second)},
 	}
 	if short {
 		// CI: one daemon of each kind on the node, one hand repair, short churn.
-		return []Fault{all[0], all[1], all[2], all[6], all[8]}
+		return []Fault{all[0], all[1], all[2], all[6], all[8], all[9]}
 	}
 	return all
 }

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
@@ -18,10 +19,11 @@ import (
 )
 
 type options struct {
-	bin, backends, backend, proxyMode, name, out, only string
-	short                                              bool
-	load                                               Load
-	timeout                                            time.Duration
+	bin, backends, backend, proxyMode, name, out string
+	only                                         *regexp.Regexp
+	short                                        bool
+	load                                         Load
+	timeout                                      time.Duration
 }
 
 func main() {
@@ -31,13 +33,18 @@ func main() {
 	flag.StringVar(&o.proxyMode, "proxy-mode", "iptables", "the nodes' proxy mode")
 	flag.StringVar(&o.name, "name", "chaos", "cluster name (namespaces nn-<name>-*)")
 	flag.StringVar(&o.out, "out", "bench/results/chaos.md", "the Markdown report")
-	flag.StringVar(&o.only, "only", "", "run only the faults whose name contains this (investigating one)")
+	only := flag.String("only", "", "run only the faults whose name matches this regexp (investigating one)")
 	flag.BoolVar(&o.short, "short", false, "CI form: a subset of the faults, 10 s of churn")
 	flag.IntVar(&o.load.Rate, "rate", 200, "new TCP connections per second to each of the ClusterIP and the NodePort")
 	flag.IntVar(&o.load.Long, "long", 50, "long-lived TCP connections")
 	flag.IntVar(&o.load.UDPRate, "udp-rate", 100, "UDP requests per second")
 	flag.DurationVar(&o.timeout, "fault-timeout", time.Minute, "how long a fault may take to be repaired before it counts as not converged")
 	flag.Parse()
+	var err error
+	if o.only, err = regexp.Compile(*only); err != nil {
+		fmt.Fprintf(os.Stderr, "chaos: -only: %v\n", err)
+		os.Exit(2)
+	}
 	backends := strings.Split(o.backends, ",")
 	for _, b := range backends {
 		if b != "host-gw" && b != "vxlan" {
@@ -181,7 +188,7 @@ func runSuite(ctx context.Context, o options, report *bytes.Buffer) error {
 		return fmt.Errorf("deploy the workload: %w", err)
 	}
 	fmt.Printf("workload up: Service %s/%s ClusterIP %s NodePort %d; load running\n", workloadNS, serviceName, w.clusterIP, w.nodePort)
-	e := &env{cs: cs, name: o.name, backend: o.backend, proxyMode: o.proxyMode, nodes: nodes, short: o.short, timeout: o.timeout}
+	e := &env{cs: cs, name: o.name, backend: o.backend, proxyMode: o.proxyMode, nodes: nodes, short: o.short, dir: dir, timeout: o.timeout}
 
 	// The load needs a moment to open its long-lived connections; then a
 	// window without a fault shows what steady state looks like.
@@ -200,7 +207,7 @@ func runSuite(ctx context.Context, o options, report *bytes.Buffer) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if !strings.Contains(f.Name, o.only) {
+		if !o.only.MatchString(f.Name) {
 			continue
 		}
 		l := Line{Fault: f.Name, Class: f.Class}

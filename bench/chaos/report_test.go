@@ -72,3 +72,18 @@ func TestMeasureAndTargets(t *testing.T) {
 		}
 	}
 }
+
+func TestParseSample(t *testing.T) {
+	name, labels, v, ok := parseSample(`apiserver_request_total{code="200",resource="pods",verb="LIST"} 7`)
+	if !ok || name != "apiserver_request_total" || labels["verb"] != "LIST" || labels["resource"] != "pods" || v != 7 {
+		t.Errorf("got %q %v %v %v", name, labels, v, ok)
+	}
+	if _, _, v, ok := parseSample("apiserver_registered_watchers 3"); !ok || v != 3 {
+		t.Errorf("unlabelled sample: %v %v", v, ok)
+	}
+	for _, l := range []string{"", "# HELP x y", "x{a=\"b\"} nan-ish"} {
+		if _, _, _, ok := parseSample(l); ok {
+			t.Errorf("%q parsed as a sample", l)
+		}
+	}
+}
