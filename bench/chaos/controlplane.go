@@ -61,8 +61,11 @@ func apiserverGap(gap, listWindow time.Duration) func(ctx context.Context, e *en
 	}
 }
 
-// apiserverLists reads the API server's /metrics: LIST requests by
-// resource (as "pods 4, nodes 9", most first) and the open watches.
+// apiserverLists reads the API server's /metrics: LIST and WATCH
+// requests by resource (as "pods 4, nodes 9", most first) and the open
+// watches. client-go's informers may start with a WATCH that sends the
+// initial objects (WatchList) instead of a LIST, so both count as a
+// relist.
 func apiserverLists(ctx context.Context, e *env) (string, int, error) {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -70,33 +73,39 @@ func apiserverLists(ctx context.Context, e *env) (string, int, error) {
 	if err != nil {
 		return "", 0, fmt.Errorf("API server /metrics: %w", err)
 	}
-	byResource := map[string]int{}
-	total, watches := 0, 0
+	byVerb := map[string]map[string]int{"LIST": {}, "WATCH": {}}
+	watches := 0
 	for _, l := range strings.Split(string(raw), "\n") {
 		name, labels, value, ok := parseSample(l)
 		if !ok {
 			continue
 		}
 		switch {
-		case name == "apiserver_request_total" && labels["verb"] == "LIST":
-			byResource[labels["resource"]] += int(value)
-			total += int(value)
+		case name == "apiserver_request_total" && byVerb[labels["verb"]] != nil:
+			byVerb[labels["verb"]][labels["resource"]] += int(value)
 		case name == "apiserver_registered_watchers":
 			watches += int(value)
 		}
 	}
-	keys := make([]string, 0, len(byResource))
-	for k := range byResource {
+	return byResource("LIST", byVerb["LIST"]) + ", " + byResource("WATCH", byVerb["WATCH"]), watches, nil
+}
+
+// byResource renders counts as "12 LIST (pods 7, nodes 5)", most first.
+func byResource(verb string, counts map[string]int) string {
+	keys := make([]string, 0, len(counts))
+	total := 0
+	for k, n := range counts {
 		keys = append(keys, k)
+		total += n
 	}
 	sort.Slice(keys, func(i, j int) bool {
-		return byResource[keys[i]] > byResource[keys[j]] || byResource[keys[i]] == byResource[keys[j]] && keys[i] < keys[j]
+		return counts[keys[i]] > counts[keys[j]] || counts[keys[i]] == counts[keys[j]] && keys[i] < keys[j]
 	})
 	parts := make([]string, len(keys))
 	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s %d", k, byResource[k])
+		parts[i] = fmt.Sprintf("%s %d", k, counts[k])
 	}
-	return fmt.Sprintf("%d LISTs (%s)", total, strings.Join(parts, ", ")), watches, nil
+	return fmt.Sprintf("%d %s (%s)", total, verb, strings.Join(parts, ", "))
 }
 
 // parseSample parses one line of the Prometheus text format,

@@ -25,7 +25,7 @@
 // the proxy, flanneld and the agent (found by subcommand and network
 // namespace inode in /proc, so another cluster's daemons never match),
 // then the controller manager and the API server in the vpc namespace;
-// the proxy's KUBE-SERVICES chain flushed by hand; flanneld's route to
+// the proxy's NODENET-SERVICES chain flushed by hand; flanneld's route to
 // node-2's podCIDR deleted; node-2's VXLAN FDB entry deleted (vxlan);
 // endpoint churn (10 pods/s created and deleted behind the busy Service).
 // For each the suite records when the fault's cause ended (the daemon

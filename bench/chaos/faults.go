@@ -7,9 +7,11 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -109,7 +111,7 @@ func faults(short bool) []Fault {
 		killFault("kill -9 agent (node-1)", "agent", classDaemonKill, node1, agentHealthy),
 		killFault("kill -9 controller-manager", "controller-manager", classDaemonKill, vpc, always),
 		killFault("kill -9 apiserver (embedded etcd)", "apiserver", classDaemonKill, vpc, apiHealthy),
-		{Name: "proxy rules flushed (iptables -t nat -F KUBE-SERVICES, node-1)", Inject: flushProxyRules, Applies: func(e *env) bool { return e.proxyMode == "iptables" }},
+		{Name: "proxy rules flushed (iptables -t nat -F NODENET-SERVICES, node-1)", Inject: flushProxyRules, Applies: func(e *env) bool { return e.proxyMode == "iptables" }},
 		{Name: "flanneld route to node-2's podCIDR deleted (node-1)", Inject: deleteRoute},
 		{Name: "VXLAN FDB entry of node-2 deleted (node-1)", Inject: deleteFDB, Applies: func(e *env) bool { return e.backend == "vxlan" }},
 		{Name: "endpoint churn: 10 endpoints/s replaced", Inject: churn},
@@ -125,18 +127,18 @@ func faults(short bool) []Fault {
 }
 
 // iptablesOf finds which iptables (nft or legacy backend) holds the
-// proxy's KUBE-SERVICES rules in netns, and how many there are.
+// proxy's NODENET-SERVICES rules in netns, and how many there are.
 func iptablesOf(ctx context.Context, netns string) (string, int, error) {
 	for _, bin := range []string{"iptables", "iptables-legacy"} {
 		out, err := run(ctx, "ip", "netns", "exec", netns, bin+"-save", "-t", "nat")
 		if err != nil {
 			continue
 		}
-		if n := strings.Count(out, "-A KUBE-SERVICES "); n > 0 {
+		if n := strings.Count(out, "-A NODENET-SERVICES "); n > 0 {
 			return bin, n, nil
 		}
 	}
-	return "", 0, fmt.Errorf("no KUBE-SERVICES rules in %s (is the proxy in iptables mode?)", netns)
+	return "", 0, fmt.Errorf("no NODENET-SERVICES rules in %s (is the proxy in iptables mode?)", netns)
 }
 
 func flushProxyRules(ctx context.Context, e *env) (Outcome, error) {
@@ -147,7 +149,7 @@ func flushProxyRules(ctx context.Context, e *env) (Outcome, error) {
 	}
 	o := Outcome{Start: time.Now()}
 	o.Restored = o.Start
-	if _, err := run(ctx, "ip", "netns", "exec", ns, bin, "-t", "nat", "-F", "KUBE-SERVICES"); err != nil {
+	if _, err := run(ctx, "ip", "netns", "exec", ns, bin, "-t", "nat", "-F", "NODENET-SERVICES"); err != nil {
 		return o, err
 	}
 	o.Green = waitFor(ctx, e.timeout, func() bool {
@@ -210,46 +212,61 @@ func deleteFDB(ctx context.Context, e *env) (Outcome, error) {
 }
 
 // churn replaces 10 endpoints a second behind the busy Service: every
-// 100 ms a new echo pod (with the Service's labels) is created and, once
-// ten are up, the oldest deleted. Green: every churn pod gone and the
-// Service back to its stable endpoints.
+// 100 ms a new echo pod (with the Service's labels) is created and the
+// one created churnLife earlier deleted, each call in its own goroutine so
+// a slow API server does not slow the rate down. Green: every churn pod
+// gone and the Service back to its stable endpoints.
 func churn(ctx context.Context, e *env) (Outcome, error) {
 	d := time.Minute
 	if e.short {
 		d = 10 * time.Second
 	}
-	const keep = 10
+	// churnLife is how long a churn pod lives: long enough to start and
+	// become a ready endpoint, so that endpoints, not only pods, churn.
+	const churnLife = 3 * time.Second
+	const every = 100 * time.Millisecond
 	pods := e.cs.CoreV1().Pods(workloadNS)
 	labels := map[string]string{"app": "echo", "churn": "yes"}
-	var live []string
-	o := Outcome{Start: time.Now()}
-	var errs []error
-	tick := time.NewTicker(100 * time.Millisecond)
-	created := 0
-	for time.Since(o.Start) < d {
-		<-tick.C
-		node := e.nodes[created%len(e.nodes)].Name
-		name := fmt.Sprintf("churn-%d", created)
-		created++
-		if _, err := pods.Create(ctx, pinned(cluster.EchoPod(workloadNS, name, labels), node), metav1.CreateOptions{}); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		live = append(live, name)
-		if len(live) > keep {
-			if err := pods.Delete(ctx, live[0], metav1.DeleteOptions{}); err != nil {
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+	)
+	call := func(f func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(); err != nil && !apierrors.IsNotFound(err) {
+				mu.Lock()
 				errs = append(errs, err)
+				mu.Unlock()
 			}
-			live = live[1:]
+		}()
+	}
+	o := Outcome{Start: time.Now()}
+	lag := int(churnLife / every)
+	tick := time.NewTicker(every)
+	n := 0
+	for ; time.Since(o.Start) < d; n++ {
+		<-tick.C
+		node, name := e.nodes[n%len(e.nodes)].Name, fmt.Sprintf("churn-%d", n)
+		call(func() error {
+			_, err := pods.Create(ctx, pinned(cluster.EchoPod(workloadNS, name, labels), node), metav1.CreateOptions{})
+			return err
+		})
+		if n >= lag {
+			old := fmt.Sprintf("churn-%d", n-lag)
+			call(func() error { return pods.Delete(ctx, old, metav1.DeleteOptions{}) })
 		}
 	}
 	tick.Stop()
 	o.Restored = time.Now()
-	for _, name := range live {
-		if err := pods.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-			errs = append(errs, err)
-		}
+	wg.Wait()
+	for k := max(0, n-lag); k < n; k++ {
+		old := fmt.Sprintf("churn-%d", k)
+		call(func() error { return pods.Delete(ctx, old, metav1.DeleteOptions{}) })
 	}
+	wg.Wait()
 	stable := len(e.nodes) * echoPerNode
 	o.Green = waitFor(ctx, e.timeout, func() bool {
 		l, err := pods.List(ctx, metav1.ListOptions{LabelSelector: "churn=yes"})
@@ -259,6 +276,6 @@ func churn(ctx context.Context, e *env) (Outcome, error) {
 		n, err := readyEndpoints(ctx, e.cs)
 		return err == nil && n == stable
 	})
-	o.Note = fmt.Sprintf("%d pods created and deleted over %s", created, d)
+	o.Note = fmt.Sprintf("%d pods created and deleted over %s, each living %s", n, d, churnLife)
 	return o, errors.Join(errs...)
 }
