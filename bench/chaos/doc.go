@@ -21,19 +21,28 @@
 // attributes each failure to the fault window its timestamp falls in (the
 // processes share the machine's clock).
 //
-// Faults (faults.go), each on node-1 unless named otherwise: kill -9 of
-// the proxy, flanneld and the agent (found by subcommand and network
-// namespace inode in /proc, so another cluster's daemons never match),
-// then the controller manager and the API server in the vpc namespace;
-// the proxy's NODENET-SERVICES chain flushed by hand; flanneld's route to
-// node-2's podCIDR deleted; node-2's VXLAN FDB entry deleted (vxlan);
-// endpoint churn (10 pods/s created and deleted behind the busy Service).
+// Faults (faults.go, controlplane.go, diskfull.go), each on node-1 unless
+// named otherwise: kill -9 of the proxy, flanneld and the agent (found by
+// subcommand and network namespace inode in /proc, so another cluster's
+// daemons never match), then the controller manager and the API server in
+// the vpc namespace; the proxy's NODENET-SERVICES chain flushed by hand;
+// flanneld's route to node-2's podCIDR deleted; node-2's VXLAN FDB entry
+// deleted (vxlan); endpoint churn (10 pods/s created, each deleted 3 s
+// later, behind the busy Service); node-3's host-local store moved onto a
+// full tmpfs while a pod starts (the CNI error, no reservation left
+// behind, the retry once space returns, the store unchanged after the pod
+// came and went); the API server frozen 10 s (SIGSTOP) and then killed,
+// with the LISTs and WATCHes the new process serves in its first 15 s;
+// node-1's veth on the vpc bridge down for 30 s. The CI form runs the
+// three node daemons' kills, the route, 10 s of churn and the full store.
 // For each the suite records when the fault's cause ended (the daemon
 // runs again), when its checks went green (the daemon's health endpoint,
 // the kubelet port, the API server's /readyz, the rule or route or FDB
 // entry back, the Service's endpoints back to the stable set) and, from
 // the load, when the last failure happened: convergence is from the
-// cause's end to the later of the two.
+// cause's end to the later of the two. Not covered yet: a whole node
+// restarted with the same name (`nodenet up` has no way to restart one
+// node).
 //
 // After the faults, audit (leaks.go) compares what the nodes hold with
 // the live pods: host-local reservations, veths on cni0, pod network
