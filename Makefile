@@ -116,9 +116,11 @@ CHAOS_BACKENDS ?= host-gw,vxlan
 CHAOS_PROXY_MODE ?= iptables
 CHAOS_OUT ?= bench/results/chaos.md
 CHAOS_SHORT_OUT ?= /tmp/nodenet-chaos-short.md
+# CHAOS_FLAGS: more flags of bench/chaos (-churn-rate 2 on a small machine).
+CHAOS_FLAGS ?=
 chaos: build
 	@./hack/deps.sh $(RUN_PKGS)
-	flock /tmp/nodenet-cluster.lock $(GO) run ./bench/chaos -backend $(CHAOS_BACKENDS) -proxy-mode $(CHAOS_PROXY_MODE) -out $(CHAOS_OUT)
+	flock /tmp/nodenet-cluster.lock $(GO) run ./bench/chaos -backend $(CHAOS_BACKENDS) -proxy-mode $(CHAOS_PROXY_MODE) -out $(CHAOS_OUT) $(CHAOS_FLAGS)
 
 chaos-short: build
 	@./hack/deps.sh $(RUN_PKGS)

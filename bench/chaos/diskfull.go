@@ -168,3 +168,32 @@ func fill(path string) error {
 		}
 	}
 }
+
+// copyStore copies a host-local data directory without its spare files.
+func copyStore(from, to string) error {
+	return filepath.WalkDir(from, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(from, p)
+		dst := filepath.Join(to, rel)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir():
+			return os.MkdirAll(dst, info.Mode().Perm())
+		case strings.HasPrefix(d.Name(), ".free-"):
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(dst, b, info.Mode().Perm()); err != nil {
+			return fmt.Errorf("copy the store to the tmpfs: %w", err)
+		}
+		return nil
+	})
+}

@@ -93,7 +93,7 @@ func node1(e *env) string { return e.nodeNetns(1) }
 func vpc(e *env) string   { return e.vpcNetns() }
 
 // Faults in the order the suite runs them; short selects the CI subset.
-func faults(short bool) []Fault {
+func faults(short bool, churnRate int) []Fault {
 	proxyHealthy := func(_ context.Context, e *env) bool {
 		return httpOK(e.nodeNetns(1), net.JoinHostPort("127.0.0.1", strconv.Itoa(manifest.ProxyHealthPort)), "/healthz")
 	}
@@ -114,7 +114,7 @@ func faults(short bool) []Fault {
 		{Name: "proxy rules flushed (iptables -t nat -F NODENET-SERVICES, node-1)", Inject: flushProxyRules, Applies: func(e *env) bool { return e.proxyMode == "iptables" }},
 		{Name: "flanneld route to node-2's podCIDR deleted (node-1)", Inject: deleteRoute},
 		{Name: "VXLAN FDB entry of node-2 deleted (node-1)", Inject: deleteFDB, Applies: func(e *env) bool { return e.backend == "vxlan" }},
-		{Name: "endpoint churn: 10 endpoints/s replaced", Inject: churn},
+		{Name: fmt.Sprintf("endpoint churn: %d endpoints/s replaced", churnRate), Inject: churn(churnRate)},
 		{Name: "IPAM store full (tmpfs) during pod creation (node-3)", Inject: diskFull},
 		{Name: "API server frozen 10 s, then killed (restart with an empty watch cache)", Class: classDaemonKill, Inject: apiserverGap(10*time.Second, 15*time.Second)},
 		{Name: "node-1 cut off from the node network for 30 s (vpc link down)", Inject: linkDown(30 * time.Second)},
@@ -211,12 +211,18 @@ func deleteFDB(ctx context.Context, e *env) (Outcome, error) {
 	return o, nil
 }
 
-// churn replaces 10 endpoints a second behind the busy Service: every
-// 100 ms a new echo pod (with the Service's labels) is created and the
-// one created churnLife earlier deleted, each call in its own goroutine so
-// a slow API server does not slow the rate down. Green: every churn pod
-// gone and the Service back to its stable endpoints.
-func churn(ctx context.Context, e *env) (Outcome, error) {
+// churn replaces rate endpoints a second behind the busy Service (the
+// issue's 10): a new echo pod (with the Service's labels) is created every
+// 1/rate s and the one created churnLife earlier deleted, each call in
+// its own goroutine so a slow API server does not slow the rate down; the
+// churn stops early when the API server starts failing calls (an
+// overloaded machine). Green: every churn pod gone and the Service back
+// to its stable endpoints.
+func churn(rate int) func(ctx context.Context, e *env) (Outcome, error) {
+	return func(ctx context.Context, e *env) (Outcome, error) { return churnAt(ctx, e, rate) }
+}
+
+func churnAt(ctx context.Context, e *env, rate int) (Outcome, error) {
 	d := time.Minute
 	if e.short {
 		d = 10 * time.Second
@@ -224,7 +230,7 @@ func churn(ctx context.Context, e *env) (Outcome, error) {
 	// churnLife is how long a churn pod lives: long enough to start and
 	// become a ready endpoint, so that endpoints, not only pods, churn.
 	const churnLife = 3 * time.Second
-	const every = 100 * time.Millisecond
+	every := time.Second / time.Duration(rate)
 	pods := e.cs.CoreV1().Pods(workloadNS)
 	labels := map[string]string{"app": "echo", "churn": "yes"}
 	var (
@@ -247,8 +253,16 @@ func churn(ctx context.Context, e *env) (Outcome, error) {
 	lag := int(churnLife / every)
 	tick := time.NewTicker(every)
 	n := 0
+	stopped := ""
 	for ; time.Since(o.Start) < d; n++ {
 		<-tick.C
+		mu.Lock()
+		failing := len(errs) > 0
+		mu.Unlock()
+		if failing {
+			stopped = fmt.Sprintf("; stopped after %s: the API server failed a call", time.Since(o.Start).Round(time.Second))
+			break
+		}
 		node, name := e.nodes[n%len(e.nodes)].Name, fmt.Sprintf("churn-%d", n)
 		call(func() error {
 			_, err := pods.Create(ctx, pinned(cluster.EchoPod(workloadNS, name, labels), node), metav1.CreateOptions{})
@@ -276,6 +290,6 @@ func churn(ctx context.Context, e *env) (Outcome, error) {
 		n, err := readyEndpoints(ctx, e.cs)
 		return err == nil && n == stable
 	})
-	o.Note = fmt.Sprintf("%d pods created and deleted over %s, each living %s", n, d, churnLife)
+	o.Note = fmt.Sprintf("%d pods created and deleted over %s, each living %s%s", n, d, churnLife, stopped)
 	return o, errors.Join(errs...)
 }

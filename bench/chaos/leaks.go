@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -60,7 +62,7 @@ func audit(ctx context.Context, e *env, dir string) ([]Leak, error) {
 	}
 	leaks := []Leak{{What: "duplicate pod IPs", Found: dups}}
 
-	var ips, veths, routes []string
+	var ips, veths, routes, rules []string
 	cidrs := map[string]bool{}
 	for _, n := range nodes.Items {
 		cidrs[n.Spec.PodCIDR] = true
@@ -96,6 +98,11 @@ func audit(ctx context.Context, e *env, dir string) ([]Leak, error) {
 				routes = append(routes, n.Name+": "+l)
 			}
 		}
+		for _, ip := range dnatTargets(ctx, ns) {
+			if owner[ip] == "" {
+				rules = append(rules, n.Name+": DNAT to "+ip)
+			}
+		}
 	}
 	live, err := netnsutil.List(cluster.PodNetnsPrefix(e.name))
 	if err != nil {
@@ -113,5 +120,26 @@ func audit(ctx context.Context, e *env, dir string) ([]Leak, error) {
 		Leak{What: "leaked veths", Found: veths},
 		Leak{What: "leaked pod network namespaces", Found: stray},
 		Leak{What: "stale routes to pod CIDRs", Found: routes},
+		Leak{What: "stale DNAT rules to pod IPs (iptables and nftables)", Found: rules},
 	), nil
+}
+
+// dnatTarget is a DNAT destination in iptables-save or nft output.
+var dnatTarget = regexp.MustCompile(`(?:--to-destination|dnat (?:ip )?to) (10\.244\.[0-9]+\.[0-9]+)`)
+
+// dnatTargets are the pod-network addresses the rules in netns DNAT to
+// (the proxy's endpoints, portmap's hostPorts), from every iptables
+// backend and nftables; a tool that is missing contributes nothing.
+func dnatTargets(ctx context.Context, netns string) []string {
+	seen := map[string]bool{}
+	for _, argv := range [][]string{{"iptables-save"}, {"iptables-legacy-save"}, {"nft", "list", "ruleset"}} {
+		out, err := run(ctx, "ip", append([]string{"netns", "exec", netns}, argv...)...)
+		if err != nil {
+			continue
+		}
+		for _, m := range dnatTarget.FindAllStringSubmatch(out, -1) {
+			seen[m[1]] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(seen))
 }

@@ -22,6 +22,7 @@ type options struct {
 	bin, backends, backend, proxyMode, name, out string
 	only                                         *regexp.Regexp
 	short                                        bool
+	churnRate                                    int
 	load                                         Load
 	timeout                                      time.Duration
 }
@@ -38,6 +39,7 @@ func main() {
 	flag.IntVar(&o.load.Rate, "rate", 200, "new TCP connections per second to each of the ClusterIP and the NodePort")
 	flag.IntVar(&o.load.Long, "long", 50, "long-lived TCP connections")
 	flag.IntVar(&o.load.UDPRate, "udp-rate", 100, "UDP requests per second")
+	flag.IntVar(&o.churnRate, "churn-rate", 10, "endpoints replaced per second during the churn fault")
 	flag.DurationVar(&o.timeout, "fault-timeout", time.Minute, "how long a fault may take to be repaired before it counts as not converged")
 	flag.Parse()
 	var err error
@@ -203,7 +205,7 @@ func runSuite(ctx context.Context, o options, report *bytes.Buffer) error {
 
 	var lines []Line
 	var errs []error
-	for _, f := range faults(o.short) {
+	for _, f := range faults(o.short, o.churnRate) {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}

@@ -87,3 +87,17 @@ func TestParseSample(t *testing.T) {
 		}
 	}
 }
+
+func TestDNATTargetPattern(t *testing.T) {
+	out := `-A NODENET-SEP-X -p tcp -m tcp -j DNAT --to-destination 10.244.1.5:9000
+		ip daddr 10.96.0.1 tcp dport 443 dnat ip to 10.244.0.7:9000
+		meta l4proto udp dnat to 10.244.2.9:53
+		-A FOO -j DNAT --to-destination 172.30.0.11:6443`
+	var got []string
+	for _, m := range dnatTarget.FindAllStringSubmatch(out, -1) {
+		got = append(got, m[1])
+	}
+	if strings.Join(got, " ") != "10.244.1.5 10.244.0.7 10.244.2.9" {
+		t.Errorf("DNAT targets %v", got)
+	}
+}
