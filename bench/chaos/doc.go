@@ -27,14 +27,15 @@
 // daemons never match), then the controller manager and the API server in
 // the vpc namespace; the proxy's NODENET-SERVICES chain flushed by hand;
 // flanneld's route to node-2's podCIDR deleted; node-2's VXLAN FDB entry
-// deleted (vxlan); endpoint churn (10 pods/s created, each deleted 3 s
-// later, behind the busy Service); node-3's host-local store moved onto a
-// full tmpfs while a pod starts (the CNI error, no reservation left
-// behind, the retry once space returns, the store unchanged after the pod
-// came and went); the API server frozen 10 s (SIGSTOP) and then killed,
-// with the LISTs and WATCHes the new process serves in its first 15 s;
-// node-1's veth on the vpc bridge down for 30 s. The CI form runs the
-// three node daemons' kills, the route, 10 s of churn and the full store.
+// deleted (vxlan); node-3's host-local store moved onto a full tmpfs
+// while a pod starts (the CNI error, no reservation left behind, the
+// retry once space returns, the store unchanged after the pod came and
+// went); the API server frozen 10 s (SIGSTOP) and then killed, with the
+// LISTs and WATCHes the new process serves in its first 15 s; node-1's
+// veth on the vpc bridge down for 30 s; last, endpoint churn (-churn-rate
+// pods/s, the 10 by default, each deleted 3 s after its creation,
+// behind the busy Service). The CI form runs the three node daemons'
+// kills, the route, the full store and 10 s of churn.
 // For each the suite records when the fault's cause ended (the daemon
 // runs again), when its checks went green (the daemon's health endpoint,
 // the kubelet port, the API server's /readyz, the rule or route or FDB
