@@ -1,7 +1,8 @@
 // Command nodenet is the multi-call binary of the nodenet suite: one
 // subcommand per component — apiserver, controller-manager, flanneld,
 // proxy and agent — plus up, down and status for a local cluster of
-// network namespaces, and the helpers those start (echo, logshim).
+// network namespaces, and the helpers those start (echo, logshim, and
+// loadgen, the chaos suite's client).
 // `nodenet help` lists them; `nodenet <command> --help` lists a command's
 // flags.
 //

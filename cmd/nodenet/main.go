@@ -30,6 +30,7 @@ func subcommands() map[string]subcommand {
 		"status":             {"nodes, podCIDRs, pods and services of a local cluster", runStatus},
 		"agent":              {"node agent: registers the node, runs pods through CNI", runAgent},
 		"echo":               {"TCP/UDP/HTTP echo server reporting its pod name (or --client)", runEcho},
+		"loadgen":            {"steady TCP/UDP load against echo servers, per-second JSON reports (the chaos suite's clients)", runLoadgen},
 		"logshim":            {"runs one pod container, writing its output as CRI log lines (started by the agent)", runLogShim},
 		"manifest":           {"prints daemonset/nodenet.yaml (the DaemonSet manifest) for the given options", runManifest},
 		"install-cni":        {"copies the CNI plugin into the host's CNI bin directory (the DaemonSet's init container)", runInstallCNI},

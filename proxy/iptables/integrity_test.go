@@ -27,6 +27,9 @@ func TestIntact(t *testing.T) {
 		"nat PREROUTING hook deleted": "*nat\n-D PREROUTING " + hooks[0].rule + "\nCOMMIT\n",
 		"NODENET-MARK-MASQ flushed":   "*nat\n:" + chainMarkMasq + " - [0:0]\nCOMMIT\n",
 		"filter FORWARD hook deleted": "*filter\n-D FORWARD " + hooks[len(hooks)-1].rule + "\nCOMMIT\n",
+		// The chaos suite's "proxy rules flushed": every other canary
+		// stays, every ClusterIP stops working.
+		"nat NODENET-SERVICES flushed": "*nat\n:" + chainServices + " - [0:0]\nCOMMIT\n",
 	}
 	for name, mk := range runners {
 		t.Run(name, func(t *testing.T) {

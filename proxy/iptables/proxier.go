@@ -23,6 +23,9 @@ type Proxier struct {
 	synced   bool
 	services map[proxy.ServicePortName]*programmed
 	total    int
+	// servicesTail: the last full sync ended nat NODENET-SERVICES with
+	// the jump to NODENET-NODEPORTS, which Intact then looks for.
+	servicesTail bool
 }
 
 // programmed is what one service port has in the kernel.
@@ -207,6 +210,7 @@ func (p *Proxier) fullBatch(ctx context.Context, snap *proxy.Snapshot) (*ipt.Bat
 		next[n] = pr
 	}
 	fixed := w.fixedRules(snap)
+	p.servicesTail = len(fixed["nat/"+chainServices]) > 0
 	for _, fc := range fixedChains {
 		key := fc.table + "/" + fc.chain
 		write(fc.table, fc.chain, append(shared[key], fixed[key]...))
@@ -330,18 +334,30 @@ func diffShared(b *ipt.Batch, table, chain string, add func(table, chain, rule s
 // fixed chain that always has a rule, per table. A firewall reload that
 // restores the tables without our rules, or an `iptables -F`/`-X`, removes
 // them; like kube-proxy's canary chains, without an extra chain.
-var canaries = []struct{ table, chain, rule string }{
+var canaries = []canary{
 	{tableNAT, "PREROUTING", "-j " + chainServices},
 	{tableNAT, chainMarkMasq, "MARK"},
 	{tableFilter, "FORWARD", "-j " + chainForward},
 }
+
+type canary struct{ table, chain, rule string }
+
+// servicesCanary is nat NODENET-SERVICES' last rule, the jump to the
+// NodePorts: `iptables -t nat -F NODENET-SERVICES` leaves every other
+// canary in place while every ClusterIP stops working (the chaos suite
+// found a flushed chain unrepaired until the hourly resync).
+var servicesCanary = canary{tableNAT, chainServices, "-j " + chainNodePorts}
 
 // Intact implements proxy.IntegrityChecker.
 func (p *Proxier) Intact(ctx context.Context) (bool, error) {
 	if !p.synced {
 		return true, nil // a full sync is due anyway
 	}
-	for _, c := range canaries {
+	check := canaries
+	if p.servicesTail {
+		check = append(slices.Clip(check), servicesCanary)
+	}
+	for _, c := range check {
 		rules, ok, err := p.runner.ListChain(ctx, c.table, c.chain)
 		if err != nil {
 			return false, fmt.Errorf("check iptables %s: %w", p.family, err)

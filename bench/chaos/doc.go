@@ -1,0 +1,52 @@
+// Command chaos is the chaos suite of issue 17: it brings up a `nodenet
+// up` cluster (3 nodes, -backend host-gw or vxlan, -proxy-mode iptables by
+// default), puts it under steady load and injects faults one at a time,
+// then writes a Markdown report (bench/results/chaos.md) with a table
+// line per fault and the end-of-suite leak audit.
+//
+// It is a program, not a test, as bench/kind is: it needs root, a built
+// bin/nodenet and bin/nodenet-cni (the cluster's own binaries, which the
+// client pods run as `nodenet loadgen`), and minutes; `make chaos` runs
+// the full form and `make chaos-short` the CI form (-short: a subset of
+// the faults, 10 s of churn, under 3 minutes with the cluster's start).
+// Both take /tmp/nodenet-cluster.lock, as every cluster test does.
+//
+// Load: two client pods (node-1, node-2) run `nodenet loadgen`
+// (internal/loadgen) against echo pods on every node behind one NodePort
+// Service: new TCP connections to the ClusterIP and to a NodePort, long-
+// lived connections through the ClusterIP, UDP request/response. Each
+// writes a JSON report per second to its container log, every failure
+// with its timestamp; the suite reads the logs from the nodes' state
+// directories (<dir>/nodes/<node>/pods/logs) once the faults are done and
+// attributes each failure to the fault window its timestamp falls in (the
+// processes share the machine's clock).
+//
+// Faults (faults.go, controlplane.go, diskfull.go), each on node-1 unless
+// named otherwise: kill -9 of the proxy, flanneld and the agent (found by
+// subcommand and network namespace inode in /proc, so another cluster's
+// daemons never match), then the controller manager and the API server in
+// the vpc namespace; the proxy's NODENET-SERVICES chain flushed by hand;
+// flanneld's route to node-2's podCIDR deleted; node-2's VXLAN FDB entry
+// deleted (vxlan); node-3's host-local store moved onto a full tmpfs
+// while a pod starts (the CNI error, no reservation left behind, the
+// retry once space returns, the store unchanged after the pod came and
+// went); the API server frozen 10 s (SIGSTOP) and then killed, with the
+// LISTs and WATCHes the new process serves in its first 15 s; node-1's
+// veth on the vpc bridge down for 30 s; last, endpoint churn (-churn-rate
+// pods/s, the issue's 10 by default, each deleted 3 s after its creation,
+// behind the busy Service). The CI form runs the three node daemons'
+// kills, the route, the full store and 10 s of churn.
+// For each the suite records when the fault's cause ended (the daemon
+// runs again), when its checks went green (the daemon's health endpoint,
+// the kubelet port, the API server's /readyz, the rule or route or FDB
+// entry back, the Service's endpoints back to the stable set) and, from
+// the load, when the last failure happened: convergence is from the
+// cause's end to the later of the two. Not covered yet: a whole node
+// restarted with the same name (`nodenet up` has no way to restart one
+// node).
+//
+// After the faults, audit (leaks.go) compares what the nodes hold with
+// the live pods: host-local reservations, veths on cni0, pod network
+// namespaces, routes into the cluster CIDR for no node's podCIDR, and
+// duplicate pod IPs.
+package main
