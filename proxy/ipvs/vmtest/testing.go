@@ -14,6 +14,11 @@ import (
 // Timeout bounds one VM test run (boot, modules, the tests, power-off).
 const Timeout = 4 * time.Minute
 
+// BuildTimeout bounds preparing it: a cold cache downloads the kernel and
+// builds the static test binary, whose dependencies (CGO_ENABLED=0) are
+// compiled apart from the host's.
+const BuildTimeout = 15 * time.Minute
+
 // RunPackage is the host side of a package's VM tests: it builds the
 // package's test binary (the package in the working directory, which go
 // test sets to the package's), boots it with run as -test.run and fails t
@@ -30,7 +35,7 @@ func RunPackage(t *testing.T, run string, modules ...string) *Result {
 			return nil
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), BuildTimeout)
 	defer cancel()
 	prep := time.Now()
 	k, err := FetchKernel(ctx)
@@ -54,6 +59,8 @@ func RunPackage(t *testing.T, run string, modules ...string) *Result {
 	if testing.Short() {
 		args = append(args, "-test.short")
 	}
+	ctx, cancel = context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
 	res, err := Run(ctx, k, base, Options{Binary: bin, Args: args, Modules: modules,
 		Env: []string{nettest.EnvPrivileged + "=1"}})
 	if err != nil {
