@@ -388,11 +388,10 @@ func (p *Proxier) Intact(ctx context.Context) (bool, error) {
 }
 
 // Cleanup implements proxy.DataPlane: removes the nft table, every
-// virtual server on a VIP of the device, and the device (with its VIPs),
-// from any process. NodePort virtual servers on node addresses are
-// removed too when the node addresses are known (the device's absence
-// leaves them unrecognisable: a full sync of any nodenet ipvs proxy
-// removes them).
+// virtual server on a VIP of the device or on a node address (NodePorts),
+// and the device with its VIPs, whichever process made them. Like
+// kube-proxy's cleanup, which flushes all of IPVS, it assumes the node's
+// own addresses serve no other IPVS user.
 func (p *Proxier) Cleanup(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -400,21 +399,14 @@ func (p *Proxier) Cleanup(ctx context.Context) error {
 	if err := p.host.ApplyNft(ctx, cleanupScript(p.family)); err != nil {
 		errs = append(errs, err)
 	}
+	vips, err := p.host.VIPs(p.family)
+	errs = append(errs, err)
 	if p.ipvs != nil {
-		vips, err := p.host.VIPs(p.family)
-		errs = append(errs, err)
 		nodeAddrs, err := p.host.NodeAddrs(p.family)
 		errs = append(errs, err)
 		ours := map[netip.Addr]bool{}
-		for _, a := range vips {
+		for _, a := range append(vips, nodeAddrs...) {
 			ours[a] = true
-		}
-		for _, es := range p.programmed {
-			for _, e := range es {
-				if slices.Contains(nodeAddrs, e.svc.Addr) {
-					ours[e.svc.Addr] = true
-				}
-			}
 		}
 		all, err := p.ipvs.Services()
 		errs = append(errs, err)
@@ -426,24 +418,42 @@ func (p *Proxier) Cleanup(ctx context.Context) error {
 			}
 		}
 	}
-	for _, a := range mustVIPs(p.host, p.family) {
-		if err := p.host.DelVIP(a); err != nil {
-			errs = append(errs, err)
-		}
+	for _, a := range vips {
+		errs = append(errs, p.host.DelVIP(a))
 	}
-	if other, _ := p.host.VIPs(otherFamily(p.family)); len(other) == 0 {
-		if err := p.host.RemoveDevice(); err != nil {
-			errs = append(errs, err)
-		}
+	if other, err := p.host.VIPs(otherFamily(p.family)); err == nil && len(other) == 0 {
+		errs = append(errs, p.host.RemoveDevice())
 	}
 	p.programmed = map[proxy.ServicePortName][]entry{}
 	p.draining = map[ServiceKey]map[netip.AddrPort]time.Time{}
 	return errors.Join(errs...)
 }
 
-func mustVIPs(h Host, f proxy.Family) []netip.Addr {
-	v, _ := h.VIPs(f)
-	return v
+// CleanupNetns is the mode's Cleanup for family f in the network namespace
+// at netns ("" for the caller's), from any process: on a kernel without
+// IPVS there are no virtual servers, and the rest is still removed.
+func CleanupNetns(ctx context.Context, f proxy.Family, netns string, log *slog.Logger) error {
+	var h Handle
+	n, err := Open(netns)
+	switch {
+	case errors.Is(err, ErrNoIPVS):
+	case err != nil:
+		return err
+	default:
+		defer n.Close()
+		h = n
+	}
+	return New(f, h, NetHost{Netns: netns}, Config{}, log).Cleanup(ctx)
+}
+
+// Probe reports ErrNoIPVS when the kernel of the caller's network
+// namespace has no IPVS: `nodenet up` asks before starting anything.
+func Probe() error {
+	n, err := Open("")
+	if err != nil {
+		return err
+	}
+	return n.Close()
 }
 
 func otherFamily(f proxy.Family) proxy.Family {
