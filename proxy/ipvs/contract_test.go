@@ -16,10 +16,22 @@ import (
 	"github.com/nodenet/nodenet/proxy/ipvs/vmtest"
 )
 
-// TestInVM runs this package's kernel tests (TestKernel*) inside a VM
-// booted from Debian's kernel, which has IPVS (this machine's has not).
+// vmModules are loaded in the VM before the tests start (the rest is
+// autoloaded).
+var vmModules = []string{"ip_vs", "ip_vs_rr", "ip_vs_sh", "ip_vs_mh", "ip_vs_lc", "dummy", "veth", "nf_tables", "nf_conntrack"}
+
+// TestInVM runs this package's quick kernel tests inside a VM booted from
+// Debian's kernel, which has IPVS (this machine's has not): the handle's
+// contract and traffic through the proxier.
 func TestInVM(t *testing.T) {
-	vmtest.RunPackage(t, "^TestKernel", "ip_vs", "ip_vs_rr", "ip_vs_sh", "ip_vs_mh", "ip_vs_lc", "dummy", "veth")
+	vmtest.RunPackage(t, "^TestKernel(Contract|Traffic)$", vmModules...)
+}
+
+// TestInVMSuite runs the shared real-kernel suite (which starts an API
+// server inside the VM: minutes under TCG) in the VM; -short skips it.
+func TestInVMSuite(t *testing.T) {
+	nettest.SkipShort(t, "the ipvs real-kernel suite in a VM")
+	vmtest.RunPackage(t, "^TestKernelSuite$", vmModules...)
 }
 
 // requireGuest runs kernel tests only inside the VM (TestInVM), where

@@ -11,8 +11,9 @@ import (
 	"github.com/nodenet/nodenet/internal/nettest"
 )
 
-// Timeout bounds one VM test run (boot, modules, the tests, power-off).
-const Timeout = 4 * time.Minute
+// Timeout bounds one VM test run (boot, modules, the tests, power-off):
+// TCG on a loaded 2-core machine is slow.
+const Timeout = 10 * time.Minute
 
 // BuildTimeout bounds preparing it: a cold cache downloads the kernel and
 // builds the static test binary, whose dependencies (CGO_ENABLED=0) are
@@ -62,7 +63,7 @@ func RunPackage(t *testing.T, run string, modules ...string) *Result {
 	ctx, cancel = context.WithTimeout(context.Background(), Timeout)
 	defer cancel()
 	res, err := Run(ctx, k, base, Options{Binary: bin, Args: args, Modules: modules,
-		Env: []string{nettest.EnvPrivileged + "=1"}})
+		Env: []string{nettest.EnvPrivileged + "=1"}, MemoryMB: 1024})
 	if err != nil {
 		t.Fatalf("vmtest: %v", err)
 	}
