@@ -18,7 +18,7 @@ import (
 
 // vmModules are loaded in the VM before the tests start (the rest is
 // autoloaded).
-var vmModules = []string{"ip_vs", "ip_vs_rr", "ip_vs_sh", "ip_vs_mh", "ip_vs_lc", "dummy", "veth", "nf_tables", "nf_conntrack"}
+var vmModules = []string{"xfrm_user", "ip_vs", "ip_vs_rr", "ip_vs_sh", "ip_vs_mh", "ip_vs_lc", "dummy", "veth", "nf_tables", "nf_conntrack"}
 
 // TestInVM runs this package's quick kernel tests inside a VM booted from
 // Debian's kernel, which has IPVS (this machine's has not): the handle's

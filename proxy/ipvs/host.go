@@ -11,6 +11,7 @@ import (
 	"syscall"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/nodenet/nodenet/internal/netnsutil"
 	"github.com/nodenet/nodenet/proxy"
@@ -50,7 +51,8 @@ type NetHost struct {
 
 func (h NetHost) do(fn func(*netlink.Handle) error) error {
 	run := func() error {
-		nl, err := netlink.NewHandle()
+		// Routing only: a handle of every protocol would also need XFRM.
+		nl, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 		if err != nil {
 			return fmt.Errorf("netlink handle: %w", err)
 		}
@@ -178,7 +180,11 @@ func (h NetHost) addrs(f proxy.Family, keep func(l netlink.Link, a netip.Addr) b
 
 // VIPs implements Host.
 func (h NetHost) VIPs(f proxy.Family) ([]netip.Addr, error) {
-	return h.addrs(f, func(l netlink.Link, _ netip.Addr) bool { return l.Attrs().Name == DeviceName })
+	// Not the link-local address the kernel gives the device when it
+	// comes up: not a VIP, and not to be removed.
+	return h.addrs(f, func(l netlink.Link, a netip.Addr) bool {
+		return l.Attrs().Name == DeviceName && !a.IsLinkLocalUnicast()
+	})
 }
 
 // NodeAddrs implements Host.

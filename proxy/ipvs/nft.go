@@ -100,13 +100,13 @@ func ruleset(f proxy.Family, snap *proxy.Snapshot, all []entry) string {
 	p("\tchain prerouting {")
 	p("\t\ttype filter hook prerouting priority -110; policy accept;")
 	p("\t\t%s @%s %s . %s saddr != @%s drop", vip, setFWGuarded, vip, ip, setFWAllowed)
-	p("\t\tjump mark")
+	p("\t\tjump set-mark")
 	p("\t}")
 	p("\tchain output {")
 	p("\t\ttype filter hook output priority -110; policy accept;")
-	p("\t\tjump mark")
+	p("\t\tjump set-mark")
 	p("\t}")
-	p("\tchain mark {")
+	p("\tchain set-mark {")
 	p("\t\t%s @%s %s", vip, setExternal, mark)
 	switch {
 	case snap.MasqueradeAll:

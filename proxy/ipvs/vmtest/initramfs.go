@@ -14,7 +14,7 @@ import (
 
 // baseVersion names the base initramfs in the cache; bump it when what
 // goes into it changes, so stale caches are rebuilt.
-const baseVersion = "1"
+const baseVersion = "2"
 
 // moduleDirs are the parts of the module tree the guest gets: netfilter
 // (conntrack, nf_tables, xtables, ipset, IPVS) and its dependencies. The
@@ -25,6 +25,7 @@ var moduleDirs = []string{
 	"kernel/net/ipv4/netfilter",
 	"kernel/net/ipv6/netfilter",
 	"kernel/net/sched",
+	"kernel/net/xfrm", // xfrm_user: netlink.NewHandle opens an XFRM socket
 	"kernel/drivers/net/veth.ko",
 	"kernel/drivers/net/dummy.ko",
 	"kernel/lib/libcrc32c.ko",
