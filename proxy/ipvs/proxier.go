@@ -253,6 +253,15 @@ func (p *Proxier) syncService(e entry, cur Service, exists bool) (int, error) {
 			delete(p.draining[k], d.Key())
 		case ok:
 			delete(p.draining[k], d.Key())
+		case e.svc.Protocol == proxy.UDP:
+			// UDP has no connections to finish: deleted at once, like
+			// kube-proxy, and the next datagram of a flow to it is
+			// rescheduled (expire_nodest_conn).
+			if err := p.ipvs.DeleteDestination(k, d.Key()); err != nil && !errors.Is(err, unix.ENOENT) {
+				return written, err
+			}
+			written++
+			delete(p.draining[k], d.Key())
 		case d.Weight != 0:
 			// Graceful termination: no new connections, existing ones
 			// finish (kubernetes#57841, #81775); reapDrained removes it.

@@ -27,6 +27,12 @@ const BuildTimeout = 15 * time.Minute
 // qemu, busybox and apt being there, and skips inside the guest.
 func RunPackage(t *testing.T, run string, modules ...string) *Result {
 	t.Helper()
+	return RunPackageSkipping(t, run, "", modules...)
+}
+
+// RunPackageSkipping is RunPackage with skip as -test.skip.
+func RunPackageSkipping(t *testing.T, run, skip string, modules ...string) *Result {
+	t.Helper()
 	if InGuest() {
 		t.Skip("vmtest: already inside the VM")
 	}
@@ -57,6 +63,9 @@ func RunPackage(t *testing.T, run string, modules ...string) *Result {
 	}
 	t.Logf("vmtest: kernel %s, initramfs and test binary ready in %v", k.Package, time.Since(prep).Round(time.Millisecond))
 	args := []string{"-test.run", run, "-test.v", "-test.count=1"}
+	if skip != "" {
+		args = append(args, "-test.skip", skip)
+	}
 	if testing.Short() {
 		args = append(args, "-test.short")
 	}
