@@ -6,9 +6,10 @@ BIN       := bin
 STATE     ?= /tmp/nodenet
 PKGS      := ./...
 # RUN_PKGS is what a local cluster needs (the daemons' userland, portmap);
-# the tests also build and check the eBPF programs (clang, libbpf-dev).
+# the tests also build and check the eBPF programs (clang, libbpf-dev) and boot
+# Debian's kernel under qemu for the IPVS mode (proxy/ipvs/vmtest).
 RUN_PKGS  := iptables nftables iproute2 conntrack containernetworking-plugins
-APT_PKGS  := $(RUN_PKGS) ipset clang llvm libbpf-dev
+APT_PKGS  := $(RUN_PKGS) ipset clang llvm libbpf-dev qemu-system-x86 busybox-static ipvsadm cpio xz-utils
 export GOTOOLCHAIN := local
 
 .PHONY: all build run test test-short bench lint clean deps check-deps upstream image kind kind-down bench-kind kind-deps fuzz chaos chaos-short

@@ -35,7 +35,7 @@ func nn(patterns ...string) []string {
 var (
 	// testSupport is code only tests link: it may import anything.
 	testSupport = nn("internal/nettest", "internal/testapi", "internal/testbin", "internal/upstream", "internal/kubectltest",
-		"internal/iptables/iptablestest", "controllers/internal/queueprobe", "proxy/proxytest", "bench/...", "docs")
+		"internal/iptables/iptablestest", "controllers/internal/queueprobe", "proxy/proxytest", "proxy/ipvs/vmtest", "bench/...", "docs")
 	// nodeSide is what runs on a node: the daemons and the libraries only
 	// they use.
 	nodeSide = nn("flanneld/...", "proxy/...", "cni/...", "node/...", "routes/...", "ipam/...", "cmd/nodenet-cni")

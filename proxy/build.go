@@ -156,6 +156,7 @@ func ServicePortsFor(svc *v1.Service, f Family) ([]*ServicePort, []error) {
 			InternalPolicyLocal:      iLocal,
 			AffinityTimeout:          affinity,
 			TrafficDistribution:      dist,
+			Scheduler:                svc.Annotations[SchedulerAnnotation],
 		}
 		if svc.Spec.Type == v1.ServiceTypeNodePort || svc.Spec.Type == v1.ServiceTypeLoadBalancer {
 			sp.NodePort = uint16(p.NodePort)

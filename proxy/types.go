@@ -166,6 +166,10 @@ type ServicePort struct {
 	// "PreferSameZone", "PreferSameNode") or "".
 	TrafficDistribution string
 
+	// Scheduler is the Service's SchedulerAnnotation ("" when absent): the
+	// ipvs mode's per-Service scheduler; other modes ignore it.
+	Scheduler string
+
 	// Endpoints are all endpoints of this port (ready or not), sorted by
 	// address then port. Data planes use Selected, not this.
 	Endpoints []Endpoint
@@ -223,6 +227,10 @@ type Snapshot struct {
 	// Services holds every programmable service port of this family.
 	Services map[ServicePortName]*ServicePort
 }
+
+// SchedulerAnnotation on a Service picks its IPVS scheduler in the ipvs
+// mode ("rr", "lc", "sh", "mh"...; default --ipvs-scheduler).
+const SchedulerAnnotation = "nodenet.io/ipvs-scheduler"
 
 // MasqueradeMark is the fwmark bit flanneld's ip-masq rules honour; every data
 // plane marks packets to be masqueraded with it (iptables: --set-xmark

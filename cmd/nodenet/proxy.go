@@ -18,6 +18,7 @@ import (
 	"github.com/nodenet/nodenet/proxy"
 	"github.com/nodenet/nodenet/proxy/app"
 	"github.com/nodenet/nodenet/proxy/iptables"
+	"github.com/nodenet/nodenet/proxy/ipvs"
 	"github.com/nodenet/nodenet/proxy/nftables"
 )
 
@@ -30,6 +31,7 @@ func runProxy(ctx context.Context, args []string) error {
 		kubeconfig, hostname string
 		cleanup              bool
 		logs                 logFlags
+		ipvsCfg              ipvs.Config
 	)
 	fs.StringVar(&o.Mode, "proxy-mode", "iptables", "data plane: iptables, nftables, ipvs or ebpf")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config)")
@@ -42,6 +44,10 @@ func runProxy(ctx context.Context, args []string) error {
 	fs.StringVar(&o.HealthzBindAddress, "healthz-bind-address", "0.0.0.0:10256", `/healthz and /livez address ("" = off)`)
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", "127.0.0.1:10249", `/metrics address ("" = off)`)
 	fs.BoolVar(&cleanup, "cleanup", false, "remove every proxy mode's rules and exit")
+	fs.StringVar(&ipvsCfg.Scheduler, "ipvs-scheduler", "rr", "ipvs mode: the IPVS scheduler of Services without the "+proxy.SchedulerAnnotation+" annotation (rr, wrr, lc, wlc, lblc, lblcr, dh, sh, sed, nq, fo, ovf, mh)")
+	fs.DurationVar(&ipvsCfg.Timeouts.TCP, "ipvs-tcp-timeout", 0, "ipvs mode: idle timeout of established IPVS TCP connections (0 = leave the kernel's)")
+	fs.DurationVar(&ipvsCfg.Timeouts.TCPFin, "ipvs-tcpfin-timeout", 0, "ipvs mode: timeout of IPVS TCP connections after a FIN (0 = leave the kernel's)")
+	fs.DurationVar(&ipvsCfg.Timeouts.UDP, "ipvs-udp-timeout", 0, "ipvs mode: timeout of IPVS UDP flows (0 = leave the kernel's)")
 	logs.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -55,11 +61,11 @@ func runProxy(ctx context.Context, args []string) error {
 	}
 	o.Core.Logger = log
 	o.Families = familiesOf(o.Core.ClusterCIDRs)
-	modes := proxyModes(log)
+	modes := proxyModesWith(log, ipvsCfg)
 	if cleanup {
 		return modes.CleanupAll(ctx, "", []proxy.Family{proxy.IPv4, proxy.IPv6}, log)
 	}
-	if err := errors.Join(modes.Check(o.Mode), o.Validate()); err != nil {
+	if err := errors.Join(modes.Check(o.Mode), o.Validate(), ipvsCfg.Validate()); err != nil {
 		return err
 	}
 	if o.Core.NodeName, err = nodeName(hostname); err != nil {
@@ -74,8 +80,12 @@ func runProxy(ctx context.Context, args []string) error {
 	return app.Run(ctx, o, modes, client)
 }
 
-// proxyModes is the explicit --proxy-mode switch of this build.
-func proxyModes(log *slog.Logger) app.Modes {
+// proxyModes is the explicit --proxy-mode switch of this build, with the
+// ipvs mode's defaults.
+func proxyModes(log *slog.Logger) app.Modes { return proxyModesWith(log, ipvs.Config{}) }
+
+// proxyModesWith is proxyModes with the ipvs mode's flags.
+func proxyModesWith(log *slog.Logger, ipvsCfg ipvs.Config) app.Modes {
 	return app.Modes{
 		"iptables": {
 			New: func(ctx context.Context, f proxy.Family) (proxy.DataPlane, error) {
@@ -107,6 +117,21 @@ func proxyModes(log *slog.Logger) app.Modes {
 				defer r.Close()
 				return nftables.New(f, r, log).Cleanup(ctx)
 			},
+		},
+		"ipvs": {
+			New: func(ctx context.Context, f proxy.Family) (proxy.DataPlane, error) {
+				// A kernel without IPVS fails here, clearly, before
+				// anything is programmed.
+				h, err := ipvs.Open("")
+				if err != nil {
+					return nil, err
+				}
+				return ipvs.New(f, h, ipvs.NetHost{}, ipvsCfg, log), nil
+			},
+			Cleanup: func(ctx context.Context, f proxy.Family) error {
+				return ipvs.CleanupNetns(ctx, f, "", log)
+			},
+			Available: ipvs.Probe,
 		},
 	}
 }

@@ -72,8 +72,15 @@ func parseUp(args []string) (upOptions, error) {
 	// The same modes `nodenet proxy` accepts, from the same map: a mode
 	// it lacks would only show up as crash-looping proxies.
 	if cfg.ProxyMode != cluster.ProxyModeNone {
-		if err := proxyModes(slog.New(slog.DiscardHandler)).Check(cfg.ProxyMode); err != nil {
+		modes := proxyModes(slog.New(slog.DiscardHandler))
+		if err := modes.Check(cfg.ProxyMode); err != nil {
 			errs = append(errs, fmt.Errorf("%w; up also accepts %s (no proxy)", err, cluster.ProxyModeNone))
+		} else if avail := modes[cfg.ProxyMode].Available; avail != nil {
+			// The nodes are namespaces of this kernel: a mode it cannot
+			// run is refused here, before anything starts.
+			if err := avail(); err != nil {
+				errs = append(errs, fmt.Errorf("--proxy-mode=%s: %w", cfg.ProxyMode, err))
+			}
 		}
 	}
 	objs, err := daemonObjects(cfg.Backend, cfg.ProxyMode)

@@ -26,7 +26,7 @@ func TestParseUpRefusesBadOptions(t *testing.T) {
 		args []string
 		want []string // substrings of the error
 	}{
-		{[]string{"--proxy-mode", "ipvs"}, []string{"--proxy-mode=ipvs", "not implemented", "iptables", "nftables", "none"}},
+		{[]string{"--proxy-mode", "ebpf"}, []string{"--proxy-mode=ebpf", "not implemented", "iptables", "ipvs", "nftables", "none"}},
 		{[]string{"--proxy-mode", "userspace"}, []string{`"userspace": unknown mode`, "iptables", "none"}},
 		{[]string{"--backend", "udp"}, []string{`--backend "udp": want one of host-gw, vxlan`}},
 		{[]string{"--nodes", "0"}, []string{"--nodes 0: want 1 to 200"}},
@@ -47,7 +47,15 @@ func TestParseUpRefusesBadOptions(t *testing.T) {
 		{[]string{"3"}, []string{"unexpected arguments [3]"}},
 		{[]string{"--cni-plugin", file}, []string{"is not an executable file"}},
 		// Every problem at once, not one per attempt.
-		{[]string{"--backend", "udp", "--proxy-mode", "ipvs", "--nodes", "0"}, []string{"--backend", "--proxy-mode", "--nodes"}},
+		{[]string{"--backend", "udp", "--proxy-mode", "ebpf", "--nodes", "0"}, []string{"--backend", "--proxy-mode", "--nodes"}},
+	}
+	// The nodes share this kernel: without IPVS the ipvs mode is refused
+	// up front, saying what is missing.
+	if _, err := os.Stat("/proc/net/ip_vs"); err != nil {
+		cases = append(cases, struct {
+			args []string
+			want []string
+		}{[]string{"--proxy-mode", "ipvs"}, []string{"--proxy-mode=ipvs", "the kernel has no IPVS (ip_vs)"}})
 	}
 	for _, c := range cases {
 		t.Run(strings.Join(c.args, " "), func(t *testing.T) {

@@ -29,6 +29,10 @@ type Mode struct {
 	// Cleanup removes every trace of this mode for one family (all its
 	// variants, e.g. iptables-nft and iptables-legacy).
 	Cleanup func(ctx context.Context, family proxy.Family) error
+	// Available reports what this kernel lacks for the mode (nil: all
+	// there; a nil func: always available). `nodenet up`, whose nodes
+	// share this kernel, asks before starting anything.
+	Available func() error
 }
 
 // Modes maps --proxy-mode values to the data planes built into this binary.

@@ -1,0 +1,84 @@
+package vmtest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/nodenet/nodenet/internal/nettest"
+)
+
+// Timeout bounds one VM test run (boot, modules, the tests, power-off):
+// TCG on a loaded 2-core machine is slow.
+const Timeout = 10 * time.Minute
+
+// BuildTimeout bounds preparing it: a cold cache downloads the kernel and
+// builds the static test binary, whose dependencies (CGO_ENABLED=0) are
+// compiled apart from the host's.
+const BuildTimeout = 15 * time.Minute
+
+// RunPackage is the host side of a package's VM tests: it builds the
+// package's test binary (the package in the working directory, which go
+// test sets to the package's), boots it with run as -test.run and fails t
+// unless it passes. It gates (skip, or fail under NODENET_PRIVILEGED) on
+// qemu, busybox and apt being there, and skips inside the guest.
+func RunPackage(t *testing.T, run string, modules ...string) *Result {
+	t.Helper()
+	return RunPackageSkipping(t, run, "", modules...)
+}
+
+// RunPackageSkipping is RunPackage with skip as -test.skip.
+func RunPackageSkipping(t *testing.T, run, skip string, modules ...string) *Result {
+	t.Helper()
+	if InGuest() {
+		t.Skip("vmtest: already inside the VM")
+	}
+	for _, tool := range []string{QemuBinary, "busybox", "apt-get", "dpkg", "xz", "ipvsadm"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			nettest.Require(t, fmt.Errorf("vmtest needs %s (apt-get install qemu-system-x86 busybox-static ipvsadm xz-utils): %w", tool, err))
+			return nil
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), BuildTimeout)
+	defer cancel()
+	prep := time.Now()
+	k, err := FetchKernel(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := BaseInitramfs(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin, err := BuildTest(ctx, wd, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("vmtest: kernel %s, initramfs and test binary ready in %v", k.Package, time.Since(prep).Round(time.Millisecond))
+	args := []string{"-test.run", run, "-test.v", "-test.count=1"}
+	if skip != "" {
+		args = append(args, "-test.skip", skip)
+	}
+	if testing.Short() {
+		args = append(args, "-test.short")
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	res, err := Run(ctx, k, base, Options{Binary: bin, Args: args, Modules: modules,
+		Env: []string{nettest.EnvPrivileged + "=1"}, MemoryMB: 1024})
+	if err != nil {
+		t.Fatalf("vmtest: %v", err)
+	}
+	t.Logf("vmtest: VM ran for %v, exit %d; output:\n%s", res.Elapsed.Round(time.Millisecond), res.ExitCode, res.Output)
+	if res.ExitCode != 0 {
+		t.Fatalf("vmtest: the tests inside the VM failed (exit %d)", res.ExitCode)
+	}
+	return res
+}
