@@ -57,7 +57,7 @@ func runCleanup(ctx context.Context, args []string) error {
 	// the plugin for new pods.
 	fRemoved, fErr := flanneld.Cleanup(ctx, fo)
 	cRemoved, cErr := cni.Cleanup(ctx, co)
-	pErr := proxyModes(log).CleanupAll(ctx, "", []proxy.Family{proxy.IPv4, proxy.IPv6}, log.With("part", "proxy"))
+	pErr := proxyModes(log, ebpfFlags{}).CleanupAll(ctx, "", []proxy.Family{proxy.IPv4, proxy.IPv6}, log.With("part", "proxy"))
 	err = errors.Join(partError("flanneld", fErr), partError("CNI plugin", cErr), partError("proxy", pErr))
 	log.Info("cleanup done", "flanneldRemoved", len(fRemoved), "cniRemoved", len(cRemoved), "complete", err == nil)
 	if err != nil {

@@ -37,7 +37,7 @@ func runManifest(_ context.Context, args []string) error {
 	}
 	// A DaemonSet whose proxy cannot start is no use: only the modes
 	// this build carries (the manifest package knows every defined one).
-	if err := proxyModes(slog.New(slog.DiscardHandler)).Check(o.ProxyMode); err != nil {
+	if err := proxyModes(slog.New(slog.DiscardHandler), ebpfFlags{}).Check(o.ProxyMode); err != nil {
 		return err
 	}
 	render := manifest.Render

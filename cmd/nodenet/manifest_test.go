@@ -56,9 +56,9 @@ func TestInstallCNI(t *testing.T) {
 // TestManifestRefusesModesNotBuilt: a manifest whose proxy cannot start in
 // this build is refused, naming the modes it has.
 func TestManifestRefusesModesNotBuilt(t *testing.T) {
-	err := runManifest(t.Context(), []string{"--proxy-mode", "ebpf"})
+	err := runManifest(t.Context(), []string{"--proxy-mode", "ipvs"})
 	if err == nil || !strings.Contains(err.Error(), "built in") {
-		t.Fatalf("--proxy-mode ebpf: %v", err)
+		t.Fatalf("--proxy-mode ipvs: %v", err)
 	}
 	if err := runManifest(t.Context(), []string{"--proxy-mode", "userspace"}); err == nil {
 		t.Fatal("an unknown mode rendered")

@@ -72,7 +72,7 @@ func parseUp(args []string) (upOptions, error) {
 	// The same modes `nodenet proxy` accepts, from the same map: a mode
 	// it lacks would only show up as crash-looping proxies.
 	if cfg.ProxyMode != cluster.ProxyModeNone {
-		if err := proxyModes(slog.New(slog.DiscardHandler)).Check(cfg.ProxyMode); err != nil {
+		if err := proxyModes(slog.New(slog.DiscardHandler), ebpfFlags{}).Check(cfg.ProxyMode); err != nil {
 			errs = append(errs, fmt.Errorf("%w; up also accepts %s (no proxy)", err, cluster.ProxyModeNone))
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
 
 	"github.com/nodenet/nodenet/internal/nettest"
@@ -28,14 +29,36 @@ func TestGeneratedObjectIsFresh(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var args []string
+	var lines [][]string
 	for _, l := range strings.Split(string(src), "\n") {
 		if cmd, ok := strings.CutPrefix(l, "//go:generate "); ok {
-			args = strings.Fields(cmd)
+			lines = append(lines, strings.Fields(cmd))
 		}
 	}
+	if len(lines) == 0 {
+		t.Fatal("gen.go has no generate line")
+	}
+	for _, args := range lines {
+		checkGenerated(t, args)
+	}
+}
+
+// checkGenerated runs one `go run …/bpf2go <flags> <ident> <source> …`
+// line into a temporary directory and compares its output with the
+// committed <ident>_bpfel.go/.o.
+func checkGenerated(t *testing.T, args []string) {
+	t.Helper()
 	if len(args) < 3 || args[0] != "go" || !strings.HasSuffix(args[2], "/bpf2go") {
-		t.Fatalf("gen.go has no `go run …/bpf2go` generate line: %q", args)
+		t.Fatalf("gen.go has a generate line that is not `go run …/bpf2go`: %q", args)
+	}
+	ident := ""
+	for i, a := range args[3:] {
+		if strings.HasSuffix(a, ".c") && i > 0 {
+			ident = args[3+i-1]
+		}
+	}
+	if ident == "" {
+		t.Fatalf("generate line names no C source: %q", args)
 	}
 	out := t.TempDir()
 	args = append(append(args[:3:3], "-output-dir", out), args[3:]...)
@@ -44,7 +67,7 @@ func TestGeneratedObjectIsFresh(t *testing.T) {
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("bpf2go: %v\n%s", err, b)
 	}
-	for _, f := range []string{"socklb_bpfel.go", "socklb_bpfel.o"} {
+	for _, f := range []string{ident + "_bpfel.go", ident + "_bpfel.o"} {
 		want, err := os.ReadFile(filepath.Join(out, f))
 		if err != nil {
 			t.Fatal(err)
@@ -62,17 +85,32 @@ func TestGeneratedObjectIsFresh(t *testing.T) {
 // TestMapLayoutsMatchGoTypes compares each map's key and value type in the
 // object's BTF (what the C programs read) with the Go type the sync writes:
 // same size, same fields at the same offsets.
+// The socket destroy program shares the reverse map, so its declaration
+// of it must match socklb's Go types too.
 func TestMapLayoutsMatchGoTypes(t *testing.T) {
 	spec, err := loadSocklb()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, kv := range map[string][2]any{
+	checkMapLayouts(t, spec, map[string][2]any{
 		socklbMapServices: {svcKey{}, svcValue{}},
 		socklbMapBackends: {backendKey{}, addrPort{}},
 		socklbMapReverse:  {socklbRevKey{}, addrPort{}},
 		socklbMapAffinity: {socklbAffKey{}, socklbAffValue{}},
-	} {
+	})
+	dspec, err := loadSockdestroy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkMapLayouts(t, dspec, map[string][2]any{
+		sockdestroyMapReverse: {socklbRevKey{}, addrPort{}},
+		sockdestroyMapDoomed:  {doomedKey{}, uint8(0)},
+	})
+}
+
+func checkMapLayouts(t *testing.T, spec *ebpf.CollectionSpec, want map[string][2]any) {
+	t.Helper()
+	for name, kv := range want {
 		m := spec.Maps[name]
 		if m == nil {
 			t.Fatalf("no map %s in the object", name)
