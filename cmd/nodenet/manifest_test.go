@@ -81,3 +81,15 @@ func TestManifestNodePortAddresses(t *testing.T) {
 		t.Fatalf("String() = %q", s)
 	}
 }
+
+// TestProxyDumpNeedsPins: --dump reads pins only, and says so when there
+// are none; other modes have no tables to dump.
+func TestProxyDumpNeedsPins(t *testing.T) {
+	err := runProxy(t.Context(), []string{"--proxy-mode", "ebpf", "--dump", "--bpf-pin-dir", t.TempDir()})
+	if err == nil || !strings.Contains(err.Error(), "nothing pinned") {
+		t.Errorf("--dump without pins: %v", err)
+	}
+	if err := runProxy(t.Context(), []string{"--proxy-mode", "nftables", "--dump"}); err == nil || !strings.Contains(err.Error(), "only --proxy-mode=ebpf") {
+		t.Errorf("--dump in nftables mode: %v", err)
+	}
+}
