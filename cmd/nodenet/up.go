@@ -76,6 +76,12 @@ func parseUp(args []string) (upOptions, error) {
 			errs = append(errs, fmt.Errorf("%w; up also accepts %s (no proxy)", err, cluster.ProxyModeNone))
 		}
 	}
+	// The nodes share one kernel: an ebpf proxy must attach to its own
+	// node's cgroup holding that node's pods, which the agents do not
+	// create yet. Refused here rather than crash-looping every proxy.
+	if cfg.ProxyMode == "ebpf" {
+		errs = append(errs, errors.New("--proxy-mode=ebpf: the local cluster's per-node cgroups (one per node's pods, for its proxy to attach to) are not built yet; use iptables or nftables"))
+	}
 	objs, err := daemonObjects(cfg.Backend, cfg.ProxyMode)
 	if err != nil {
 		errs = append(errs, err)

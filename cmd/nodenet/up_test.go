@@ -27,6 +27,7 @@ func TestParseUpRefusesBadOptions(t *testing.T) {
 		want []string // substrings of the error
 	}{
 		{[]string{"--proxy-mode", "ipvs"}, []string{"--proxy-mode=ipvs", "not implemented", "iptables", "nftables", "none"}},
+		{[]string{"--proxy-mode", "ebpf"}, []string{"--proxy-mode=ebpf", "per-node cgroups"}},
 		{[]string{"--proxy-mode", "userspace"}, []string{`"userspace": unknown mode`, "iptables", "none"}},
 		{[]string{"--backend", "udp"}, []string{`--backend "udp": want one of host-gw, vxlan`}},
 		{[]string{"--nodes", "0"}, []string{"--nodes 0: want 1 to 200"}},
