@@ -129,6 +129,5 @@
 // destinations on IPv6 sockets, loadBalancerSourceRanges, and the local
 // cluster's per-node cgroups (each node's agent putting its pods in
 // <cgroup2>/nodenet.slice/<cluster>-<node>, the node's proxy attaching
-// there), without which `nodenet up --proxy-mode ebpf` would translate
-// only what the node's cgroup path holds.
+// there); until then `nodenet up --proxy-mode ebpf` is refused.
 package ebpf
