@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 
@@ -155,21 +156,33 @@ func NewMetrics() *Metrics {
 			Name: "nodenet_proxy_state_repairs_total", Help: "Full syncs forced because the data plane's kernel state had been removed by someone else.",
 		}, []string{"mode", "family"}),
 	}
-	reg.MustRegister(m.SyncProxyRulesLatency, m.SyncFullProxyRulesLatency, m.SyncPartialProxyRulesLatency,
+	reg.MustRegister(m.SyncProxyRulesLatency,
 		m.SyncProxyRulesLastTimestamp, m.SyncProxyRulesLastQueuedTimestamp, m.NetworkProgrammingLatency, m.NoLocalEndpoints,
 		m.EndpointChangesPending, m.EndpointChangesTotal, m.ServiceChangesPending, m.ServiceChangesTotal,
-		m.ProxyHealthzTotal, m.ProxyLivezTotal, m.ConntrackReconcileLatency, m.ConntrackDeletedEntries,
+		m.ProxyHealthzTotal, m.ProxyLivezTotal,
 		m.RulesProgrammed, m.RulesWritten, m.InvalidInput, m.ConntrackFailures, m.StateRepairs,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
 
-// registerMode registers the sync failure counters of mode (once: every
-// family runs the same mode).
+// registerMode registers the series kube-proxy registers only in some
+// modes (once: every family runs the same mode): the sync failure
+// counters, the full/partial sync histograms (iptables, nftables) and the
+// conntrack reconciler's (iptables, ipvs, nftables). A mode kube-proxy does
+// not have (ebpf) serves only what kube-proxy serves in every mode, plus
+// nodenet's own series.
 func (m *Metrics) registerMode(mode string) {
 	m.modeOnce.Do(func() {
 		for _, c := range m.failureCounters(mode, true) {
 			m.Registry.MustRegister(c)
+		}
+		switch mode {
+		case "iptables", "nftables":
+			m.Registry.MustRegister(m.SyncFullProxyRulesLatency, m.SyncPartialProxyRulesLatency)
+		}
+		switch mode {
+		case "iptables", "ipvs", "nftables":
+			m.Registry.MustRegister(m.ConntrackReconcileLatency, m.ConntrackDeletedEntries)
 		}
 	})
 }
@@ -188,6 +201,24 @@ func (m *Metrics) failureCounters(mode string, partial bool) []*prometheus.Count
 		return []*prometheus.CounterVec{m.NFTablesSyncFailures}
 	}
 	return []*prometheus.CounterVec{m.SyncFailures}
+}
+
+// registerPlanes registers the data planes that serve metrics of their own
+// (e.g. the ebpf mode's map occupancy). The same plane given to a second
+// Proxy on the same Metrics stays registered once.
+func (m *Metrics) registerPlanes(planes map[Family]DataPlane) error {
+	for f, dp := range planes {
+		c, ok := dp.(prometheus.Collector)
+		if !ok {
+			continue
+		}
+		err := m.Registry.Register(c)
+		var dup prometheus.AlreadyRegisteredError
+		if err != nil && !(errors.As(err, &dup) && dup.ExistingCollector == c) {
+			return fmt.Errorf("register %s %s data plane metrics: %w", dp.Name(), f, err)
+		}
+	}
+	return nil
 }
 
 func (m *Metrics) countInvalid(errs []error) {

@@ -131,6 +131,9 @@ func New(cfg Config, planes map[Family]DataPlane) (*Proxy, error) {
 	p.tracker = NewTracker(p.nudge)
 	p.tracker.metrics = cfg.Metrics
 	cfg.Metrics.registerMode(p.Mode())
+	if err := cfg.Metrics.registerPlanes(planes); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 

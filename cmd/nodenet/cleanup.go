@@ -11,6 +11,7 @@ import (
 	"github.com/nodenet/nodenet/flanneld"
 	"github.com/nodenet/nodenet/ipam/hostlocal"
 	"github.com/nodenet/nodenet/proxy"
+	"github.com/nodenet/nodenet/proxy/ipvs"
 	"github.com/nodenet/nodenet/subnetenv"
 )
 
@@ -57,7 +58,7 @@ func runCleanup(ctx context.Context, args []string) error {
 	// the plugin for new pods.
 	fRemoved, fErr := flanneld.Cleanup(ctx, fo)
 	cRemoved, cErr := cni.Cleanup(ctx, co)
-	pErr := proxyModes(log).CleanupAll(ctx, "", []proxy.Family{proxy.IPv4, proxy.IPv6}, log.With("part", "proxy"))
+	pErr := proxyModes(log, ebpfFlags{}, ipvs.Config{}).CleanupAll(ctx, "", []proxy.Family{proxy.IPv4, proxy.IPv6}, log.With("part", "proxy"))
 	err = errors.Join(partError("flanneld", fErr), partError("CNI plugin", cErr), partError("proxy", pErr))
 	log.Info("cleanup done", "flanneldRemoved", len(fRemoved), "cniRemoved", len(cRemoved), "complete", err == nil)
 	if err != nil {

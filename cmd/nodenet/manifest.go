@@ -14,6 +14,7 @@ import (
 	"github.com/nodenet/nodenet/flanneld"
 	"github.com/nodenet/nodenet/internal/atomicfile"
 	"github.com/nodenet/nodenet/internal/cidrlist"
+	"github.com/nodenet/nodenet/proxy/ipvs"
 )
 
 // runManifest is `nodenet manifest`: daemonset/nodenet.yaml for the given
@@ -37,7 +38,7 @@ func runManifest(_ context.Context, args []string) error {
 	}
 	// A DaemonSet whose proxy cannot start is no use: only the modes
 	// this build carries (the manifest package knows every defined one).
-	if err := proxyModes(slog.New(slog.DiscardHandler)).Check(o.ProxyMode); err != nil {
+	if err := proxyModes(slog.New(slog.DiscardHandler), ebpfFlags{}, ipvs.Config{}).Check(o.ProxyMode); err != nil {
 		return err
 	}
 	render := manifest.Render

@@ -56,9 +56,9 @@ func TestInstallCNI(t *testing.T) {
 // TestManifestRefusesModesNotBuilt: a manifest whose proxy cannot start in
 // this build is refused, naming the modes it has.
 func TestManifestRefusesModesNotBuilt(t *testing.T) {
-	err := runManifest(t.Context(), []string{"--proxy-mode", "ebpf"})
+	err := runManifest(t.Context(), []string{"--proxy-mode", "ipvs"})
 	if err == nil || !strings.Contains(err.Error(), "built in") {
-		t.Fatalf("--proxy-mode ebpf: %v", err)
+		t.Fatalf("--proxy-mode ipvs: %v", err)
 	}
 	if err := runManifest(t.Context(), []string{"--proxy-mode", "userspace"}); err == nil {
 		t.Fatal("an unknown mode rendered")
@@ -79,5 +79,17 @@ func TestManifestNodePortAddresses(t *testing.T) {
 	}
 	if s := got.String(); s != "10.0.0.0/8,primary" {
 		t.Fatalf("String() = %q", s)
+	}
+}
+
+// TestProxyDumpNeedsPins: --dump reads pins only, and says so when there
+// are none; other modes have no tables to dump.
+func TestProxyDumpNeedsPins(t *testing.T) {
+	err := runProxy(t.Context(), []string{"--proxy-mode", "ebpf", "--dump", "--bpf-pin-dir", t.TempDir()})
+	if err == nil || !strings.Contains(err.Error(), "nothing pinned") {
+		t.Errorf("--dump without pins: %v", err)
+	}
+	if err := runProxy(t.Context(), []string{"--proxy-mode", "nftables", "--dump"}); err == nil || !strings.Contains(err.Error(), "only --proxy-mode=ebpf") {
+		t.Errorf("--dump in nftables mode: %v", err)
 	}
 }

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -13,10 +15,12 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/nodenet/nodenet/internal/cgroup2"
 	"github.com/nodenet/nodenet/internal/cidrlist"
 	ipt "github.com/nodenet/nodenet/internal/iptables"
 	"github.com/nodenet/nodenet/proxy"
 	"github.com/nodenet/nodenet/proxy/app"
+	"github.com/nodenet/nodenet/proxy/ebpf"
 	"github.com/nodenet/nodenet/proxy/iptables"
 	"github.com/nodenet/nodenet/proxy/ipvs"
 	"github.com/nodenet/nodenet/proxy/nftables"
@@ -29,7 +33,8 @@ func runProxy(ctx context.Context, args []string) error {
 	var (
 		o                    app.Options
 		kubeconfig, hostname string
-		cleanup              bool
+		cleanup, dump        bool
+		eb                   ebpfFlags
 		logs                 logFlags
 		ipvsCfg              ipvs.Config
 	)
@@ -48,6 +53,10 @@ func runProxy(ctx context.Context, args []string) error {
 	fs.DurationVar(&ipvsCfg.Timeouts.TCP, "ipvs-tcp-timeout", 0, "ipvs mode: idle timeout of established IPVS TCP connections (0 = leave the kernel's)")
 	fs.DurationVar(&ipvsCfg.Timeouts.TCPFin, "ipvs-tcpfin-timeout", 0, "ipvs mode: timeout of IPVS TCP connections after a FIN (0 = leave the kernel's)")
 	fs.DurationVar(&ipvsCfg.Timeouts.UDP, "ipvs-udp-timeout", 0, "ipvs mode: timeout of IPVS UDP flows (0 = leave the kernel's)")
+	fs.StringVar(&eb.pinRoot, "bpf-pin-dir", ebpf.DefaultPinRoot, "ebpf mode: directory on a bpf filesystem for the pinned maps and links (ipv4/, ipv6/ below it)")
+	fs.StringVar(&eb.cgroup, "cgroup-path", "", "ebpf mode: cgroup v2 directory whose processes' sockets are load-balanced (default: the cgroup v2 root, every process of the host)")
+	fs.Var(&eb.tcInterfaces, "bpf-tc-interfaces", "ebpf mode: the node's external interfaces (comma-separated), where a TCX program translates NodePort, externalIP, LoadBalancer and ClusterIP traffic arriving from other hosts (default: none: only traffic from this host's sockets is load-balanced)")
+	fs.BoolVar(&dump, "dump", false, "ebpf mode: print the pinned service and backend tables and exit")
 	logs.register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -61,12 +70,23 @@ func runProxy(ctx context.Context, args []string) error {
 	}
 	o.Core.Logger = log
 	o.Families = familiesOf(o.Core.ClusterCIDRs)
-	modes := proxyModesWith(log, ipvsCfg)
+	modes := proxyModes(log, eb, ipvsCfg)
+	if dump {
+		if o.Mode != "ebpf" {
+			return fmt.Errorf("--dump: only --proxy-mode=ebpf has tables to dump (the others: iptables-save, nft list table)")
+		}
+		return dumpEBPF(os.Stdout, eb.root())
+	}
 	if cleanup {
 		return modes.CleanupAll(ctx, "", []proxy.Family{proxy.IPv4, proxy.IPv6}, log)
 	}
 	if err := errors.Join(modes.Check(o.Mode), o.Validate(), ipvsCfg.Validate()); err != nil {
 		return err
+	}
+	if o.Mode == "ebpf" {
+		if err := eb.preflight(); err != nil {
+			return err
+		}
 	}
 	if o.Core.NodeName, err = nodeName(hostname); err != nil {
 		return err
@@ -80,12 +100,10 @@ func runProxy(ctx context.Context, args []string) error {
 	return app.Run(ctx, o, modes, client)
 }
 
-// proxyModes is the explicit --proxy-mode switch of this build, with the
-// ipvs mode's defaults.
-func proxyModes(log *slog.Logger) app.Modes { return proxyModesWith(log, ipvs.Config{}) }
-
-// proxyModesWith is proxyModes with the ipvs mode's flags.
-func proxyModesWith(log *slog.Logger, ipvsCfg ipvs.Config) app.Modes {
+// proxyModes is the explicit --proxy-mode switch of this build; eb and
+// ipvsCfg configure the ebpf and ipvs modes (their zero values: the
+// defaults, enough for Check and for cleaning up a default install).
+func proxyModes(log *slog.Logger, eb ebpfFlags, ipvsCfg ipvs.Config) app.Modes {
 	return app.Modes{
 		"iptables": {
 			New: func(ctx context.Context, f proxy.Family) (proxy.DataPlane, error) {
@@ -133,7 +151,88 @@ func proxyModesWith(log *slog.Logger, ipvsCfg ipvs.Config) app.Modes {
 			},
 			Available: ipvs.Probe,
 		},
+		"ebpf": {
+			New: func(ctx context.Context, f proxy.Family) (proxy.DataPlane, error) {
+				cg, err := eb.cgroupPath()
+				if err != nil {
+					return nil, err
+				}
+				return ebpf.New(ebpf.Config{Family: f, Cgroup: cg, RootCgroupOK: true,
+					PinDir: ebpf.FamilyPinDir(eb.root(), f), Log: log, Interfaces: eb.tcInterfaces}), nil
+			},
+			Cleanup: func(ctx context.Context, f proxy.Family) error {
+				if err := ebpf.New(ebpf.Config{Family: f, PinDir: ebpf.FamilyPinDir(eb.root(), f), Log: log}).Cleanup(ctx); err != nil {
+					return err
+				}
+				// The root goes with the last family (ENOTEMPTY until then).
+				_ = os.Remove(eb.root())
+				return nil
+			},
+		},
 	}
+}
+
+// ebpfFlags place the ebpf mode: where its pins live and which cgroup's
+// sockets it translates.
+type ebpfFlags struct {
+	pinRoot, cgroup string
+	// tcInterfaces get the tc path (proxy/ebpf's Config.Interfaces).
+	tcInterfaces stringList
+}
+
+func (eb ebpfFlags) root() string { return cmp.Or(eb.pinRoot, ebpf.DefaultPinRoot) }
+
+// cgroupPath is --cgroup-path (its unified/ on a hybrid host), else the
+// cgroup v2 hierarchy's root: on a real node every process's sockets are
+// translated, as with Cilium's socket LB. The local cluster gives each
+// node's proxy its node's cgroup.
+func (eb ebpfFlags) cgroupPath() (string, error) {
+	if eb.cgroup != "" {
+		return cgroup2.Resolve(eb.cgroup)
+	}
+	mnt, err := cgroup2.Mount()
+	if err != nil {
+		return "", fmt.Errorf("--cgroup-path not set: %w", err)
+	}
+	return mnt, nil
+}
+
+// preflight fails the start of the ebpf mode with one clear error when the
+// machine lacks what it needs (bpffs at the pin root, a cgroup v2
+// directory); a verifier rejection is reported by the first sync.
+func (eb ebpfFlags) preflight() error {
+	cg, err := eb.cgroupPath()
+	if err != nil {
+		return err
+	}
+	if err := ebpf.Preflight(eb.root(), cg, true); err != nil {
+		return fmt.Errorf("--proxy-mode=ebpf: %w", err)
+	}
+	return nil
+}
+
+// dumpEBPF prints the service table of each family pinned below pinRoot.
+func dumpEBPF(w io.Writer, pinRoot string) error {
+	found := false
+	for _, f := range []proxy.Family{proxy.IPv4, proxy.IPv6} {
+		dir := ebpf.FamilyPinDir(pinRoot, f)
+		if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		found = true
+		table, err := ebpf.DumpPinned(dir, f)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "# %s (%s)\n", f, dir)
+		if table != "" {
+			fmt.Fprintln(w, table)
+		}
+	}
+	if !found {
+		return fmt.Errorf("--dump: nothing pinned below %s (no ebpf proxy ran with this --bpf-pin-dir)", pinRoot)
+	}
+	return nil
 }
 
 // nodePortFlag is --nodeport-addresses: CIDRs (cidrlist.Any) and the word

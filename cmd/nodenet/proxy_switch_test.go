@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/internal/testapi"
 	"github.com/nodenet/nodenet/proxy"
+	"github.com/nodenet/nodenet/proxy/ebpf"
 	"github.com/nodenet/nodenet/proxy/iptables"
 	"github.com/nodenet/nodenet/proxy/nftables"
 	"github.com/nodenet/nodenet/proxy/proxytest"
@@ -23,7 +25,55 @@ func TestProxyModeSwitchIPTablesNFTables(t *testing.T) {
 	nettest.RequireTool(t, "nft")
 	nettest.RequireTool(t, "iptables-restore")
 	in := func(node *nettest.NS) []string { return []string{"ip", "netns", "exec", node.Name()} }
-	ipt := proxytest.Mode{
+	ipt, nft := iptablesMode(in), nftablesMode()
+	proxytest.SwitchSuite(t, ipt, nft)
+}
+
+// TestProxyModeSwitchEBPF switches iptables ↔ ebpf and nftables ↔ ebpf in
+// both directions: no chain, table, pin or attached program of the mode
+// left behind survives, and a ClusterIP keeps working. The ebpf programs
+// attach to a throwaway cgroup holding the test process.
+func TestProxyModeSwitchEBPF(t *testing.T) {
+	nettest.SkipShort(t, "switches proxy modes in the kernel")
+	nettest.RequirePrivileged(t)
+	nettest.RequireTool(t, "nft")
+	nettest.RequireTool(t, "iptables-restore")
+	in := func(node *nettest.NS) []string { return []string{"ip", "netns", "exec", node.Name()} }
+	nettest.RequireTool(t, "bpftool")
+	pins, cgroup := nettest.BPFFS(t), nettest.Cgroup(t)
+	eb := proxytest.Mode{
+		Name: "ebpf",
+		New: func(t testing.TB, node *nettest.NS, f proxy.Family) proxy.DataPlane {
+			return ebpf.New(ebpf.Config{Family: f, Cgroup: cgroup, PinDir: ebpf.FamilyPinDir(pins, f), Log: testapi.Logger()})
+		},
+		Leftovers: func(t testing.TB, node *nettest.NS) string {
+			var left []string
+			ents, _ := os.ReadDir(pins)
+			for _, e := range ents {
+				// maps.debug, progs.debug: the kernel's, in every bpffs.
+				if !strings.HasSuffix(e.Name(), ".debug") {
+					left = append(left, "pin "+e.Name())
+				}
+			}
+			out, err := exec.Command("bpftool", "cgroup", "show", cgroup).CombinedOutput()
+			if err != nil {
+				t.Fatalf("bpftool cgroup show: %v: %s", err, out)
+			}
+			for _, l := range strings.Split(string(out), "\n") {
+				if strings.Contains(l, "connect") || strings.Contains(l, "sendmsg") || strings.Contains(l, "recvmsg") || strings.Contains(l, "getpeername") {
+					left = append(left, "attached "+strings.TrimSpace(l))
+				}
+			}
+			return strings.Join(left, "\n")
+		},
+	}
+	t.Run("iptables", func(t *testing.T) { proxytest.SwitchSuite(t, iptablesMode(in), eb) })
+	t.Run("nftables", func(t *testing.T) { proxytest.SwitchSuite(t, nftablesMode(), eb) })
+}
+
+// iptablesMode is the iptables (nft variant) data plane for SwitchSuite.
+func iptablesMode(in func(*nettest.NS) []string) proxytest.Mode {
+	return proxytest.Mode{
 		Name: "iptables",
 		New: func(t testing.TB, node *nettest.NS, f proxy.Family) proxy.DataPlane {
 			return iptables.New(f, ipt.New(ipt.Prefixed(in(node)...), ipt.Family(f), ipt.NFT), testapi.Logger())
@@ -44,7 +94,11 @@ func TestProxyModeSwitchIPTablesNFTables(t *testing.T) {
 			return strings.Join(left, "\n")
 		},
 	}
-	nft := proxytest.Mode{
+}
+
+// nftablesMode is the nftables data plane for SwitchSuite.
+func nftablesMode() proxytest.Mode {
+	return proxytest.Mode{
 		Name: "nftables",
 		New: func(t testing.TB, node *nettest.NS, f proxy.Family) proxy.DataPlane {
 			r := &nftables.ExecRunner{Netns: node.Name()}
@@ -62,5 +116,4 @@ func TestProxyModeSwitchIPTablesNFTables(t *testing.T) {
 			return ""
 		},
 	}
-	proxytest.SwitchSuite(t, ipt, nft)
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/nodenet/nodenet/daemonset/manifest"
 	"github.com/nodenet/nodenet/internal/periodic"
 	"github.com/nodenet/nodenet/node"
+	"github.com/nodenet/nodenet/proxy/ipvs"
 )
 
 const defaultStateDir = "/tmp/nodenet"
@@ -72,7 +73,7 @@ func parseUp(args []string) (upOptions, error) {
 	// The same modes `nodenet proxy` accepts, from the same map: a mode
 	// it lacks would only show up as crash-looping proxies.
 	if cfg.ProxyMode != cluster.ProxyModeNone {
-		modes := proxyModes(slog.New(slog.DiscardHandler))
+		modes := proxyModes(slog.New(slog.DiscardHandler), ebpfFlags{}, ipvs.Config{})
 		if err := modes.Check(cfg.ProxyMode); err != nil {
 			errs = append(errs, fmt.Errorf("%w; up also accepts %s (no proxy)", err, cluster.ProxyModeNone))
 		} else if avail := modes[cfg.ProxyMode].Available; avail != nil {
@@ -82,6 +83,12 @@ func parseUp(args []string) (upOptions, error) {
 				errs = append(errs, fmt.Errorf("--proxy-mode=%s: %w", cfg.ProxyMode, err))
 			}
 		}
+	}
+	// The nodes share one kernel: an ebpf proxy must attach to its own
+	// node's cgroup holding that node's pods, which the agents do not
+	// create yet. Refused here rather than crash-looping every proxy.
+	if cfg.ProxyMode == "ebpf" {
+		errs = append(errs, errors.New("--proxy-mode=ebpf: the local cluster's per-node cgroups (one per node's pods, for its proxy to attach to) are not built yet; use iptables or nftables"))
 	}
 	objs, err := daemonObjects(cfg.Backend, cfg.ProxyMode)
 	if err != nil {

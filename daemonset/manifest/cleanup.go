@@ -72,7 +72,8 @@ func cleanupDaemonSet(o Options) *appsv1.DaemonSet {
 						SecurityContext: &corev1.SecurityContext{Privileged: &privileged},
 						VolumeMounts: []corev1.VolumeMount{mount("run-flannel", "/run/flannel", false), mount("cni-conf", "/etc/cni/net.d", false),
 							mount("cni-bin", CNIBinDir, false), mount("cni-data", cniDataDir, false),
-							mount("xtables-lock", "/run/xtables.lock", false), mount("modules", "/lib/modules", true), mount("bpffs", "/sys/fs/bpf", false)},
+							mount("xtables-lock", "/run/xtables.lock", false), mount("modules", "/lib/modules", true), mount("bpffs", "/sys/fs/bpf", false),
+							mount("cgroup", "/sys/fs/cgroup", true)},
 					}},
 					Volumes: []corev1.Volume{
 						hostPath("run-flannel", "/run/flannel", corev1.HostPathDirectoryOrCreate),
@@ -84,6 +85,11 @@ func cleanupDaemonSet(o Options) *appsv1.DaemonSet {
 						// A proxy mode's pins, for the modes that keep
 						// them.
 						hostPath("bpffs", "/sys/fs/bpf", corev1.HostPathDirectoryOrCreate),
+						// The ebpf mode's cgroup: unpinning its links
+						// detaches them, so cleanup only reads it, but
+						// every host path the install uses is reachable
+						// here too.
+						hostPath("cgroup", "/sys/fs/cgroup", corev1.HostPathDirectoryOrCreate),
 					},
 				},
 			},

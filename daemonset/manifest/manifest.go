@@ -63,6 +63,12 @@ func Defaults() Options {
 
 // Names of the objects and files the DaemonSet's pods use.
 const (
+	// BPFPinDir is the ebpf proxy's --bpf-pin-dir, on the host's bpffs.
+	BPFPinDir = "/sys/fs/bpf/nodenet"
+	// CgroupPath is where the proxy container sees the host's
+	// /sys/fs/cgroup (its --cgroup-path); on a hybrid host the proxy uses
+	// the cgroup v2 hierarchy under it (unified/).
+	CgroupPath    = "/run/nodenet/host-cgroup"
 	Name          = "nodenet"
 	ConfigMapName = "nodenet-config"
 	// Containers of the DaemonSet's pods.
@@ -347,7 +353,12 @@ func daemonSet(o Options, labels map[string]string) *appsv1.DaemonSet {
 							// ConfigMap-backed env below.
 							Command: []string{daemonset.NodenetPath, "proxy", "--proxy-mode=$(PROXY_MODE)", "--hostname-override=$(NODE_NAME)",
 								"--cluster-cidr=$(CLUSTER_CIDR)", "--nodeport-addresses=$(NODEPORT_ADDRESSES)",
-								fmt.Sprintf("--healthz-bind-address=0.0.0.0:%d", ProxyHealthPort)},
+								fmt.Sprintf("--healthz-bind-address=0.0.0.0:%d", ProxyHealthPort),
+								// The ebpf mode's pins and the cgroup whose
+								// sockets it translates: the host's, through
+								// the hostPath mounts below (a container's own
+								// /sys/fs/cgroup is its cgroup namespace's).
+								"--bpf-pin-dir=" + BPFPinDir, "--cgroup-path=" + CgroupPath},
 							Env: append(append([]corev1.EnvVar(nil), env...), fromConfig("PROXY_MODE", KeyProxyMode),
 								fromConfig("CLUSTER_CIDR", KeyClusterCIDR), fromConfig("NODEPORT_ADDRESSES", KeyNodePortAddresses)),
 							Resources:       requests("100m", "50Mi"),
@@ -355,7 +366,7 @@ func daemonSet(o Options, labels map[string]string) *appsv1.DaemonSet {
 							ReadinessProbe:  probe("/healthz", ProxyHealthPort),
 							SecurityContext: sc,
 							VolumeMounts: []corev1.VolumeMount{mount("xtables-lock", "/run/xtables.lock", false), mount("modules", "/lib/modules", true),
-								mount("bpffs", "/sys/fs/bpf", false)},
+								mount("bpffs", "/sys/fs/bpf", false), mount("cgroup", CgroupPath, false)},
 						},
 					},
 					Volumes: []corev1.Volume{
@@ -365,6 +376,7 @@ func daemonSet(o Options, labels map[string]string) *appsv1.DaemonSet {
 						hostPath("xtables-lock", "/run/xtables.lock", corev1.HostPathFileOrCreate),
 						hostPath("modules", "/lib/modules", corev1.HostPathDirectoryOrCreate),
 						hostPath("bpffs", "/sys/fs/bpf", corev1.HostPathDirectoryOrCreate),
+						hostPath("cgroup", "/sys/fs/cgroup", corev1.HostPathDirectoryOrCreate),
 						{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
 							LocalObjectReference: corev1.LocalObjectReference{Name: ConfigMapName},
 							Items:                []corev1.KeyToPath{{Key: KeyNetConf, Path: KeyNetConf}, {Key: KeyCNIConf, Path: KeyCNIConf}}}}},

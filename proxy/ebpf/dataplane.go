@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -31,9 +32,13 @@ const DefaultPinRoot = "/sys/fs/bpf/nodenet"
 type Config struct {
 	Family proxy.Family
 	// Cgroup is the cgroup v2 directory whose sockets (and its
-	// descendants') are load-balanced. The root cgroup is refused: the
-	// programs attach only where nodenet owns the processes.
-	Cgroup string
+	// descendants') are load-balanced. A hierarchy's root cgroup is refused
+	// unless RootCgroupOK: a real node's proxy translates for every process
+	// (as Cilium attaches at the root), but tests and the local cluster,
+	// which share one kernel between nodes, must attach only where nodenet
+	// owns the processes.
+	Cgroup       string
+	RootCgroupOK bool
 	// PinDir is a directory on a bpf filesystem for this family's maps and
 	// links; "" means DefaultPinRoot/ipv4 or /ipv6.
 	PinDir string
@@ -75,10 +80,17 @@ var hooks = map[proxy.Family][]hook{
 // loaded and attached on the first Sync (so Cleanup on a fresh DataPlane
 // touches nothing it does not remove); later syncs only update maps.
 type DataPlane struct {
-	cfg   Config
-	log   *slog.Logger
+	cfg Config
+	log *slog.Logger
+
+	// mu guards what a metrics scrape reads while the core syncs.
+	mu    sync.Mutex
 	maps  []*ebpf.Map // open while loaded, closed by Close/Cleanup
 	state *state
+	// destroyer closes connected UDP sockets of removed backends.
+	destroyer *sockDestroyer
+	metrics   mapMetrics
+	skipped   map[string]int // entry points skipped, by reason
 }
 
 // New returns a data plane; it does not touch the kernel.
@@ -89,7 +101,8 @@ func New(cfg Config) *DataPlane {
 	if cfg.PinDir == "" {
 		cfg.PinDir = filepath.Join(DefaultPinRoot, familyDir(cfg.Family))
 	}
-	return &DataPlane{cfg: cfg, log: cfg.Log.With("family", cfg.Family)}
+	return &DataPlane{cfg: cfg, log: cfg.Log.With("family", cfg.Family),
+		metrics: newMapMetrics(cfg.Family.String()), skipped: map[string]int{}}
 }
 
 func familyDir(f proxy.Family) string {
@@ -107,6 +120,8 @@ func (d *DataPlane) PinDir() string { return d.cfg.PinDir }
 
 // Sync implements proxy.DataPlane: map updates only, once loaded.
 func (d *DataPlane) Sync(ctx context.Context, snap *proxy.Snapshot, changed proxy.ChangeSet) (proxy.SyncResult, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	if d.state == nil {
 		if err := d.load(); err != nil {
 			return proxy.SyncResult{}, err
@@ -117,6 +132,7 @@ func (d *DataPlane) Sync(ctx context.Context, snap *proxy.Snapshot, changed prox
 	if err != nil {
 		return res, fmt.Errorf("sync %s BPF maps: %w", d.cfg.Family, err)
 	}
+	d.closeDoomedSockets()
 	return res, nil
 }
 
@@ -125,18 +141,14 @@ func (d *DataPlane) Sync(ctx context.Context, snap *proxy.Snapshot, changed prox
 // switched to the new programs in place, so sockets are translated without
 // a gap across a restart.
 func (d *DataPlane) load() (err error) {
-	if err := checkCgroup(d.cfg.Cgroup); err != nil {
+	if err := checkCgroup(d.cfg.Cgroup, d.cfg.RootCgroupOK); err != nil {
+		return err
+	}
+	if err := checkBPFFS(d.cfg.PinDir); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(d.cfg.PinDir, 0o700); err != nil {
 		return fmt.Errorf("create pin directory: %w", err)
-	}
-	var fs unix.Statfs_t
-	if err := unix.Statfs(d.cfg.PinDir, &fs); err != nil {
-		return fmt.Errorf("statfs %s: %w", d.cfg.PinDir, err)
-	}
-	if fs.Type != unix.BPF_FS_MAGIC {
-		return fmt.Errorf("pin directory %s is not on a bpf filesystem (mount -t bpf bpf /sys/fs/bpf)", d.cfg.PinDir)
 	}
 	spec, err := loadSocklb()
 	if err != nil {
@@ -153,11 +165,7 @@ func (d *DataPlane) load() (err error) {
 	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: d.cfg.PinDir}})
 	if err != nil {
-		var ve *ebpf.VerifierError
-		if errors.As(err, &ve) {
-			return fmt.Errorf("load BPF programs (the verifier's last lines follow): %+v", ve)
-		}
-		return fmt.Errorf("load BPF programs and pinned maps from %s: %w", d.cfg.PinDir, err)
+		return loadError(err, d.cfg.PinDir)
 	}
 	// The links keep the programs; only the maps stay open here.
 	defer func() {
@@ -170,16 +178,26 @@ func (d *DataPlane) load() (err error) {
 			}
 		}
 	}()
+	// Loaded before anything attaches, so a kernel without what it needs
+	// fails the start with nothing changed.
+	destroyer, err := loadDestroyer(d.cfg.Family, d.cfg.Cgroup, coll.Maps[socklbMapReverse], d.log)
+	if err != nil {
+		return err
+	}
 	if err := d.attach(coll); err != nil {
+		destroyer.Close()
 		return err
 	}
 	srcRanges, err := d.loadTC()
 	if err != nil {
+		destroyer.Close()
 		return err
 	}
+	d.destroyer = destroyer
 	svcs, bes := coll.Maps[socklbMapServices], coll.Maps[socklbMapBackends]
 	d.maps = []*ebpf.Map{svcs, bes, coll.Maps[socklbMapReverse], coll.Maps[socklbMapAffinity]}
 	d.state = newState(d.cfg.Family, kernelTable[svcKey, svcValue]{svcs}, kernelTable[backendKey, addrPort]{bes}, d.log)
+	d.state.onSkip = func(reason string) { d.skipped[reason]++ }
 	if srcRanges != nil {
 		d.maps = append(d.maps, srcRanges)
 		d.state.ranges = newRangeSet(kernelTable[tcnatSrcKey, uint8]{srcRanges})
@@ -232,8 +250,8 @@ func (d *DataPlane) attach(coll *ebpf.Collection) (err error) {
 func (d *DataPlane) linkPin(prog string) string { return filepath.Join(d.cfg.PinDir, "link-"+prog) }
 
 // checkCgroup accepts a cgroup v2 directory other than a hierarchy's root
-// (only non-root cgroups have cgroup.type).
-func checkCgroup(dir string) error {
+// (only non-root cgroups have cgroup.type), or the root with rootOK.
+func checkCgroup(dir string, rootOK bool) error {
 	if dir == "" {
 		return errors.New("no cgroup to attach the socket programs to")
 	}
@@ -244,7 +262,7 @@ func checkCgroup(dir string) error {
 	if fs.Type != unix.CGROUP2_SUPER_MAGIC {
 		return fmt.Errorf("%s is not a cgroup v2 directory", dir)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "cgroup.type")); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, "cgroup.type")); err != nil && !rootOK {
 		return fmt.Errorf("refusing cgroup %s: not a child cgroup (the root cgroup would translate every process's sockets): %w", dir, err)
 	}
 	return nil
@@ -253,6 +271,8 @@ func checkCgroup(dir string) error {
 // Intact implements proxy.IntegrityChecker: every link pin is still there
 // (a `rm -r` of the pin directory or another mode's cleanup removes them).
 func (d *DataPlane) Intact(ctx context.Context) (bool, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	if d.state == nil {
 		return true, nil
 	}
@@ -260,7 +280,7 @@ func (d *DataPlane) Intact(ctx context.Context) (bool, error) {
 		if _, err := os.Stat(d.linkPin(h.prog)); err != nil {
 			if errors.Is(err, os.ErrNotExist) {
 				// Reload on the next sync: the core repairs with a full one.
-				d.Close()
+				d.closeLocked()
 				return false, nil
 			}
 			return false, err
@@ -276,10 +296,19 @@ func (d *DataPlane) Intact(ctx context.Context) (bool, error) {
 // Close releases this process's map handles; pinned state stays and keeps
 // serving.
 func (d *DataPlane) Close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.closeLocked()
+}
+
+func (d *DataPlane) closeLocked() {
 	for _, m := range d.maps {
 		m.Close()
 	}
-	d.maps, d.state = nil, nil
+	if d.destroyer != nil {
+		d.destroyer.Close()
+	}
+	d.maps, d.state, d.destroyer = nil, nil, nil
 }
 
 // Cleanup implements proxy.DataPlane: it detaches and unpins every link and

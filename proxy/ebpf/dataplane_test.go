@@ -23,7 +23,7 @@ func TestCheckCgroupRefusesRootsAndNonCgroups(t *testing.T) {
 		t.TempDir():       "not a cgroup v2 directory",
 		"/does/not/exist": "statfs",
 	} {
-		if err := checkCgroup(dir); err == nil || !strings.Contains(err.Error(), want) {
+		if err := checkCgroup(dir, false); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("checkCgroup(%q) = %v, want an error about %q", dir, err, want)
 		}
 	}
@@ -31,7 +31,7 @@ func TestCheckCgroupRefusesRootsAndNonCgroups(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(root, "cgroup.procs")); err != nil {
 			continue
 		}
-		if err := checkCgroup(root); err != nil && !strings.Contains(err.Error(), "not a child cgroup") && !strings.Contains(err.Error(), "not a cgroup v2") {
+		if err := checkCgroup(root, false); err != nil && !strings.Contains(err.Error(), "not a child cgroup") && !strings.Contains(err.Error(), "not a cgroup v2") {
 			t.Errorf("checkCgroup(%s) = %v", root, err)
 		} else if err == nil {
 			t.Errorf("checkCgroup accepted the root cgroup %s", root)

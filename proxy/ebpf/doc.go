@@ -66,24 +66,62 @@
 // never detached), so a restart keeps translating without a gap. Cleanup
 // unpins the links (which detaches them), removes the map pins and the
 // directory, from any process. The cgroup is the caller's (Config.Cgroup);
-// a hierarchy's root cgroup is refused.
+// a hierarchy's root cgroup is refused unless Config.RootCgroupOK (`nodenet
+// proxy` on a real node attaches at the root, as Cilium does; tests and
+// the local cluster never do).
+//
+// # nodenet proxy --proxy-mode ebpf
+//
+// --bpf-pin-dir (default /sys/fs/bpf/nodenet; ipv4/ and ipv6/ below it),
+// --cgroup-path (default: the cgroup v2 mount, found in mountinfo; a
+// hybrid host's /sys/fs/cgroup resolves to its unified/), --dump (prints
+// the pinned tables, DumpPinned, and exits). Preflight fails the start
+// with one error when bpffs or the cgroup is missing; a verifier
+// rejection names the program and carries the log's last lines
+// (loadError). Starting another mode or --cleanup removes this mode's
+// pins and links, and starting ebpf removes the others' rules (app.Modes).
+//
+// # Connected UDP
+//
+// A connected UDP socket keeps the backend its connect chose: no later
+// syscall passes a destination a hook could rewrite. When a sync takes a
+// backend away from a UDP entry point, the data plane closes those sockets
+// (udpdestroy.go, bpf/sockdestroy.c): a UDP socket iterator, run in every
+// network namespace whose sockets can be translated (the named ones and
+// those of the attached cgroup's processes' threads), destroys each
+// connected socket whose peer is the removed backend and whose reverse
+// entry shows it got there through that service (bpf_sock_destroy; Linux
+// ≥ 6.5 and kernel BTF, checked when the programs load). The application's
+// next send or receive fails (ECONNABORTED), as a resolver then
+// reconnects; sockets that talk to a pod directly are left alone. Chosen
+// over SOCK_DESTROY through sock_diag, which is also per namespace but
+// needs each socket's 4-tuple, so every UDP socket would first be dumped
+// to user space: the iterator matches in the kernel against the reverse
+// map the programs already keep.
+//
+// # Metrics
+//
+// Besides the metrics every mode serves (kube-proxy's names, only those
+// kube-proxy registers in every mode, as it has no ebpf mode), the data
+// plane is a prometheus.Collector the core registers:
+// nodenet_proxy_ebpf_map_entries{map} and _map_max_entries{map} per
+// ip_family, and nodenet_proxy_ebpf_skipped_entries_total{reason}
+// (map_full, conflict) for entry points a sync could not program.
 //
 // # Tests
 //
-// kernel_test.go runs proxytest's topology (API server, proxy core, client
-// and pod namespaces) with the programs on a throwaway cgroup holding the
-// test process: ClusterIP over IPv4, IPv6 and dual-stack, a pod through its
-// own service, getpeername, unconnected UDP replies from the VIP,
-// ECONNREFUSED without endpoints (TCP connect and UDP sendto), affinity,
-// endpoint removal, a restart under connect load (no failed connect, the
-// same links) and Cleanup (no pin, nothing attached). proxytest.KernelSuite
-// itself also passes its ClusterIP, refusal, affinity, hairpin, dual-stack,
-// bad-input and restart cases against this package, but fails
-// RemovedUDPEndpointGetsNoMoreDatagrams (a connected UDP socket keeps its
-// backend) and Metrics (which kube-proxy metrics an "ebpf" mode serves is
-// decided with the mode's registration); its NodePort and eTP Local cases
-// pass only because the client's sockets are in the cgroup, so they prove
-// nothing about external traffic. It is therefore not wired in yet.
+// suite_test.go runs proxytest.KernelSuite case for case with the other
+// modes, on a throwaway cgroup holding the test process and a throwaway
+// bpffs. The cases named in waitingForTC (NodePort and eTP Local from the
+// client namespace, which stands for another host) skip: the client's
+// sockets are the test process's, in the cgroup, so socket LB would answer
+// them and prove nothing about traffic from outside the node, which the
+// tc path serves. kernel_test.go adds the socket-LB specifics: getpeername,
+// unconnected UDP replies from the VIP, ECONNREFUSED for TCP connect and
+// UDP sendto, endpoint removal, a restart under connect load (no failed
+// connect, the same links) and Cleanup (no pin, nothing attached).
+// cmd/nodenet's TestProxyModeSwitchEBPF switches iptables ↔ ebpf and
+// nftables ↔ ebpf.
 //
 // # Traffic from outside the node (tc path)
 //
@@ -155,7 +193,7 @@
 // table). tc_suite_test.go (-tags tcsuite) runs proxytest.KernelSuite with
 // tc on all of the node's interfaces and nothing in the cgroup: every case
 // passes (hairpin included: the pod's packets are translated on its veth)
-// except Metrics, which depends on the mode's registration.
+// (Metrics too, now that the mode is registered).
 //
 // Not on the tc path: wildcard NodePorts (the entry points are the node's
 // addresses from its Node object, as for the socket programs), IPv6
@@ -164,10 +202,10 @@
 //
 // # Not yet (next milestones of issue 14)
 //
-// `--proxy-mode ebpf` is still refused by `nodenet proxy`. Also to come:
-// connected UDP sockets moving off a removed backend (socket destroy;
-// today they keep their backend), IPv4-mapped IPv6 destinations on IPv6
-// sockets, metrics on map occupancy and a --dump flag (DataPlane.Dump
-// exists), and restricting translation to one node's pods when several
-// nodes share a kernel.
+// IPv4-mapped IPv6 destinations on IPv6 sockets; the tc path's
+// interfaces are chosen by flag (`--bpf-tc-interfaces`), not found from
+// the node's addresses; and the local cluster's per-node cgroups (each
+// node's agent putting its pods in <cgroup2>/nodenet.slice/<cluster>-<node>,
+// the node's proxy attaching there and its tc path on the node's link);
+// until then `nodenet up --proxy-mode ebpf` is refused.
 package ebpf

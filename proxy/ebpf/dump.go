@@ -2,9 +2,12 @@ package ebpf
 
 import (
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/cilium/ebpf"
 
 	"github.com/nodenet/nodenet/proxy"
 )
@@ -59,8 +62,34 @@ func dump(f proxy.Family, services table[svcKey, svcValue], backends table[backe
 // Dump shows this data plane's service table (see dump); it needs a first
 // Sync to have opened the maps.
 func (d *DataPlane) Dump() (string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	if d.state == nil {
 		return "", fmt.Errorf("%s data plane not loaded yet", d.cfg.Family)
 	}
 	return dump(d.cfg.Family, d.state.services, d.state.backends)
+}
+
+// DumpPinned shows the service table pinned in pinDir (one family's
+// directory, FamilyPinDir) without loading anything: what `nodenet proxy
+// --proxy-mode ebpf --dump` prints while a proxy runs, or after it exited.
+func DumpPinned(pinDir string, f proxy.Family) (string, error) {
+	open := func(name string) (*ebpf.Map, error) {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, name), &ebpf.LoadPinOptions{ReadOnly: true})
+		if err != nil {
+			return nil, fmt.Errorf("open pinned %s map in %s (is the ebpf proxy running there?): %w", name, pinDir, err)
+		}
+		return m, nil
+	}
+	svcs, err := open(socklbMapServices)
+	if err != nil {
+		return "", err
+	}
+	defer svcs.Close()
+	bes, err := open(socklbMapBackends)
+	if err != nil {
+		return "", err
+	}
+	defer bes.Close()
+	return dump(f, kernelTable[svcKey, svcValue]{svcs}, kernelTable[backendKey, addrPort]{bes})
 }

@@ -10,13 +10,15 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
 
 	"github.com/nodenet/nodenet/internal/nettest"
 )
 
 // TestGeneratedObjectIsFresh regenerates the bpf2go output from
-// bpf/socklb.c (and bpf/tcnat.c) with gen.go's (tcgen.go's) own command
+// bpf/socklb.c, bpf/sockdestroy.c and bpf/tcnat.c with gen.go's and
+// tcgen.go's own commands
 // into a temporary directory and requires the committed files to be
 // identical: a C change without `go generate` (or a stale .o) fails here.
 // Needs clang, llvm-strip and libbpf-dev (CI installs them; without
@@ -25,24 +27,47 @@ func TestGeneratedObjectIsFresh(t *testing.T) {
 	nettest.RequireTool(t, "clang")
 	nettest.RequireTool(t, "llvm-strip")
 	nettest.RequireSysfs(t, "/usr/include/bpf/bpf_helpers.h")
-	for gen, object := range map[string]string{"gen.go": "socklb", "tcgen.go": "tcnat"} {
-		t.Run(object, func(t *testing.T) { checkFresh(t, gen, object) })
+	for _, gen := range []string{"gen.go", "tcgen.go"} {
+		t.Run(gen, func(t *testing.T) { checkFresh(t, gen) })
 	}
 }
 
-func checkFresh(t *testing.T, gen, object string) {
+// checkFresh checks every generate line of one file.
+func checkFresh(t *testing.T, gen string) {
 	src, err := os.ReadFile(gen)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var args []string
+	var lines [][]string
 	for _, l := range strings.Split(string(src), "\n") {
 		if cmd, ok := strings.CutPrefix(l, "//go:generate "); ok {
-			args = strings.Fields(cmd)
+			lines = append(lines, strings.Fields(cmd))
 		}
 	}
+	if len(lines) == 0 {
+		t.Fatalf("%s has no generate line", gen)
+	}
+	for _, args := range lines {
+		checkGenerated(t, gen, args)
+	}
+}
+
+// checkGenerated runs one `go run …/bpf2go <flags> <ident> <source> …`
+// line into a temporary directory and compares its output with the
+// committed <ident>_bpfel.go/.o.
+func checkGenerated(t *testing.T, gen string, args []string) {
+	t.Helper()
 	if len(args) < 3 || args[0] != "go" || !strings.HasSuffix(args[2], "/bpf2go") {
-		t.Fatalf("%s has no `go run …/bpf2go` generate line: %q", gen, args)
+		t.Fatalf("%s has a generate line that is not `go run …/bpf2go`: %q", gen, args)
+	}
+	ident := ""
+	for i, a := range args[3:] {
+		if strings.HasSuffix(a, ".c") && i > 0 {
+			ident = args[3+i-1]
+		}
+	}
+	if ident == "" {
+		t.Fatalf("generate line names no C source: %q", args)
 	}
 	out := t.TempDir()
 	args = append(append(args[:3:3], "-output-dir", out), args[3:]...)
@@ -51,7 +76,7 @@ func checkFresh(t *testing.T, gen, object string) {
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("bpf2go: %v\n%s", err, b)
 	}
-	for _, f := range []string{object + "_bpfel.go", object + "_bpfel.o"} {
+	for _, f := range []string{ident + "_bpfel.go", ident + "_bpfel.o"} {
 		want, err := os.ReadFile(filepath.Join(out, f))
 		if err != nil {
 			t.Fatal(err)
@@ -69,17 +94,32 @@ func checkFresh(t *testing.T, gen, object string) {
 // TestMapLayoutsMatchGoTypes compares each map's key and value type in the
 // object's BTF (what the C programs read) with the Go type the sync writes:
 // same size, same fields at the same offsets.
+// The socket destroy program shares the reverse map, so its declaration
+// of it must match socklb's Go types too.
 func TestMapLayoutsMatchGoTypes(t *testing.T) {
 	spec, err := loadSocklb()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, kv := range map[string][2]any{
+	checkMapLayouts(t, spec, map[string][2]any{
 		socklbMapServices: {svcKey{}, svcValue{}},
 		socklbMapBackends: {backendKey{}, addrPort{}},
 		socklbMapReverse:  {socklbRevKey{}, addrPort{}},
 		socklbMapAffinity: {socklbAffKey{}, socklbAffValue{}},
-	} {
+	})
+	dspec, err := loadSockdestroy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkMapLayouts(t, dspec, map[string][2]any{
+		sockdestroyMapReverse: {socklbRevKey{}, addrPort{}},
+		sockdestroyMapDoomed:  {doomedKey{}, uint8(0)},
+	})
+}
+
+func checkMapLayouts(t *testing.T, spec *ebpf.CollectionSpec, want map[string][2]any) {
+	t.Helper()
+	for name, kv := range want {
 		m := spec.Maps[name]
 		if m == nil {
 			t.Fatalf("no map %s in the object", name)

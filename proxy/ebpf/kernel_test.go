@@ -82,7 +82,7 @@ func (k *kernelEnv) backends(addr string, n int) (map[string]int, error) {
 // sits in the cgroup the programs are attached to.
 func TestKernelSocketLB(t *testing.T) {
 	k := newKernelEnv(t)
-	k.StartProxy(t)
+	p := k.StartProxy(t)
 	for _, c := range []struct {
 		name string
 		run  func(*testing.T, *kernelEnv)
@@ -96,6 +96,7 @@ func TestKernelSocketLB(t *testing.T) {
 		{"NoEndpointsIsRefusedImmediately", noEndpointsIsRefusedImmediately},
 		{"SessionAffinitySticks", sessionAffinitySticks},
 		{"RemovedEndpointGetsNoNewConnections", removedEndpointGetsNoNewConnections},
+		{"MapOccupancyMetrics", func(t *testing.T, k *kernelEnv) { mapOccupancyMetrics(t, p) }},
 		{"RestartKeepsServing", restartKeepsServing},
 		{"CleanupLeavesNothing", cleanupLeavesNothing},
 	} {
@@ -456,5 +457,38 @@ func cleanupLeavesNothing(t *testing.T, k *kernelEnv) {
 	}
 	if r, err := proxytest.DialTCP(k.Client, clusterIP(svc), 300*time.Millisecond); err == nil {
 		t.Errorf("ClusterIP still answered by %s after cleanup", r.Backend)
+	}
+}
+
+// mapOccupancyMetrics: the proxy's registry serves each family's map sizes
+// once synced: the services and backends maps hold what the cases above
+// programmed, the capacities are the C programs' max_entries.
+func mapOccupancyMetrics(t *testing.T, p *proxy.Proxy) {
+	mfs, err := p.Metrics().Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			key := mf.GetName()
+			for _, l := range m.GetLabel() {
+				key += " " + l.GetName() + "=" + l.GetValue()
+			}
+			got[key] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		}
+	}
+	for _, fam := range []string{"IPv4", "IPv6"} {
+		for _, m := range []string{socklbMapServices, socklbMapBackends} {
+			if n := got["nodenet_proxy_ebpf_map_entries ip_family="+fam+" map="+m]; n < 1 {
+				t.Errorf("%s %s map entries = %v, want some", fam, m, n)
+			}
+		}
+		if n := got["nodenet_proxy_ebpf_map_max_entries ip_family="+fam+" map="+socklbMapServices]; n != 65536 {
+			t.Errorf("%s services max entries = %v, want 65536", fam, n)
+		}
+		if _, ok := got["nodenet_proxy_ebpf_skipped_entries_total ip_family="+fam+" reason=map_full"]; !ok {
+			t.Errorf("%s: no skipped entries counter", fam)
+		}
 	}
 }

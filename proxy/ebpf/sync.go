@@ -29,6 +29,12 @@ type state struct {
 	services table[svcKey, svcValue]
 	backends table[backendKey, addrPort]
 	log      *slog.Logger
+	// onSkip counts an entry point a sync could not program (a reason of
+	// metrics.go); nil in unit tests that do not look.
+	onSkip func(reason string)
+	// doomed collects the UDP {entry point, backend} pairs this sync took
+	// away, whose connected sockets the data plane then closes.
+	doomed []doomedKey
 
 	vips    map[svcKey]*vip
 	owned   map[proxy.ServicePortName][]svcKey
@@ -85,6 +91,7 @@ func (s *state) full(snap *proxy.Snapshot) error {
 		for _, e := range entries(snap, snap.Services[name]) {
 			if want[e.key] {
 				s.log.Warn("service entry point already taken, skipped", "service", name, "entry", s.keyString(e.key))
+				s.skip(skipConflict)
 				continue
 			}
 			want[e.key] = true
@@ -122,6 +129,7 @@ func (s *state) partial(snap *proxy.Snapshot, changed proxy.ChangeSet) error {
 			for _, e := range entries(snap, sp) {
 				if v := s.vips[e.key]; v != nil && v.owner != name && v.owner != (proxy.ServicePortName{}) && snap.Services[v.owner] != nil {
 					s.log.Warn("service entry point already taken, skipped", "service", name, "entry", s.keyString(e.key), "by", v.owner)
+					s.skip(skipConflict)
 					continue
 				}
 				keep[e.key] = true
@@ -278,6 +286,7 @@ func (s *state) write(owner proxy.ServicePortName, e entry) bool {
 		}
 		if errors.Is(err, unix.E2BIG) {
 			s.log.Error("BPF map full, service entry point skipped", "service", owner, "entry", s.keyString(e.key), "err", err)
+			s.skip(skipMapFull)
 			return false
 		}
 		s.failed = append(s.failed, fmt.Errorf("program %s (%s): %w", owner, s.keyString(e.key), err))
@@ -286,6 +295,7 @@ func (s *state) write(owner proxy.ServicePortName, e entry) bool {
 	if isNew {
 		s.vips[e.key] = v
 	}
+	s.doom(e.key, v.slots, slots)
 	s.nSlots += len(slots) - len(v.slots)
 	v.owner, v.val, v.slots = owner, val, slots
 	s.setRanges(owner, e, val.Id)
@@ -306,11 +316,30 @@ func (s *state) remove(k svcKey) error {
 		}
 		s.written++
 	}
+	s.doom(k, v.slots, nil)
 	delete(s.vips, k)
 	s.nSlots -= len(v.slots)
 	n, err := s.ranges.set(v.val.Id, nil)
 	s.written += n
 	return err
+}
+
+// doom records the backends of UDP entry point k in old but not in now.
+func (s *state) doom(k svcKey, old, now []addrPort) {
+	if k.Proto != protoNumbers[proxy.UDP] {
+		return
+	}
+	for _, b := range old {
+		if !slices.Contains(now, b) {
+			s.doomed = append(s.doomed, doomedKey{Vip: sockdestroyAddrport{Addr: k.Addr, Port: k.Port}, Backend: sockdestroyAddrport(b)})
+		}
+	}
+}
+
+func (s *state) skip(reason string) {
+	if s.onSkip != nil {
+		s.onSkip(reason)
+	}
 }
 
 // lastErr is every write error of this sync (map-full skips excluded).
