@@ -190,7 +190,7 @@
 // affinity by client address, endpoint change (new flows move, an
 // established one stays), IPv6 NodePort, restart on the same pins (same
 // link, established flow alive) and Cleanup (nothing attached, no pin, no
-// table). tc_suite_test.go (-tags tcsuite) runs proxytest.KernelSuite with
+// table). tc_suite_test.go runs proxytest.KernelSuite with
 // tc on all of the node's interfaces and nothing in the cgroup: every case
 // passes (hairpin included: the pod's packets are translated on its veth)
 // (Metrics too, now that the mode is registered).

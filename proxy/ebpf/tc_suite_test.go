@@ -1,5 +1,3 @@
-//go:build tcsuite
-
 package ebpf
 
 import (
@@ -13,20 +11,13 @@ import (
 	"github.com/nodenet/nodenet/proxy/proxytest"
 )
 
-// This file builds only with -tags tcsuite: every case of the shared suite
-// passes through the tc path but Metrics, which checks the kube-proxy
-// metrics a mode serves, and those are decided where `nodenet proxy`
-// registers the ebpf mode (not yet). Wiring KernelSuite into the default
-// run belongs with that registration.
-//
-//	NODENET_PRIVILEGED=1 go test -tags tcsuite -run TestKernelSuiteThroughTC ./proxy/ebpf
-
 // TestKernelSuiteThroughTC runs the shared real-kernel suite with nothing
 // in the socket programs' cgroup and the tc program on all of the node's
 // interfaces: every case's traffic (the client's, and the pods' own for
 // hairpin) is translated by the tc path alone.
 func TestKernelSuiteThroughTC(t *testing.T) {
 	nettest.RequirePrivileged(t)
+	nettest.SkipShort(t, "the real-kernel suite through the tc path")
 	nettest.RequireTool(t, "nft")
 	pins, cgroup := nettest.BPFFS(t), nettest.EmptyCgroup(t)
 	var node *nettest.NS
