@@ -448,8 +448,9 @@ func (d *Daemon) publish(own Lease, mtu int) error {
 	return nil
 }
 
-// loop keeps everything converged: peers on events and every resync,
-// masquerade rules every --iptables-resync, the lease renewed.
+// loop keeps everything converged: peers on events, on a deleted route or
+// neighbour (watchKernel) and every resync, masquerade rules every
+// --iptables-resync, the lease renewed.
 func (d *Daemon) loop(ctx context.Context, sm subnetManager, masq masquerader, syncFn func(context.Context) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -467,6 +468,13 @@ func (d *Daemon) loop(ctx context.Context, sm subnetManager, masq masquerader, s
 			}
 			return err
 		})
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := d.watchKernel(ctx); err != nil && ctx.Err() == nil {
+			d.log.Warn("deleted routes and neighbours are repaired at the next resync only", "err", err)
+		}
 	}()
 	if masq != nil {
 		wg.Add(1)
