@@ -130,8 +130,9 @@
 // routed to the node by a host without socket-LB — are translated by a
 // TCX ingress program (bpf/tcnat.c: tc_in4/tc_in6, a second bpf2go object,
 // tcgen.go) on each interface of Config.Interfaces, in Config.NetNS. It
-// reads the same services/backends maps (opened by pin; the tc object's
-// copies of the types are the socket object's, TestTCMapsMatchSocketLB).
+// reads the same services/backends maps (opened by pin; both objects take
+// their definitions from bpf/lbmaps.h, TestTCMapsMatchSocketLB holds the
+// compiled specs equal).
 //
 //	first packet of a flow to an entry point:
 //	  known to conntrack (bpf_skb_ct_lookup)?  → pass, the kernel NATs it

@@ -13,7 +13,8 @@ import (
 
 // TestTCMapsMatchSocketLB: the tc object opens the socket programs' pinned
 // services and backends maps, so both objects must declare them alike
-// (the loader refuses a pinned map whose spec differs), and the tc path's
+// (the loader refuses a pinned map whose spec differs; both include
+// bpf/lbmaps.h, this holds the compiled result), and the tc path's
 // own keys must match the Go types the sync writes.
 func TestTCMapsMatchSocketLB(t *testing.T) {
 	sock, err := loadSocklb()

@@ -15,37 +15,11 @@
 #include <linux/in.h>
 #include <bpf/bpf_helpers.h>
 
+#include "lbmaps.h"
+
 #define ECONNREFUSED 111
 
 char __license[] SEC("license") = "Dual MIT/GPL";
-
-// Flags of struct svc_value.
-#define SVC_AFFINITY 1 // sessionAffinity ClientIP: reuse the client's backend
-
-struct svc_key {
-	__u32 addr[4];
-	__u16 port;  // network byte order
-	__u8 proto;  // IPPROTO_TCP / IPPROTO_UDP
-	__u8 pad;
-};
-
-struct svc_value {
-	__u32 id;       // backend set: backends[{id, 0..count-1}]
-	__u32 count;    // 0: no usable endpoints, the connect is refused
-	__u32 flags;    // SVC_*
-	__u32 affinity; // affinity timeout in seconds (with SVC_AFFINITY)
-};
-
-struct backend_key {
-	__u32 id;
-	__u32 slot;
-};
-
-struct addrport {
-	__u32 addr[4];
-	__u16 port; // network byte order
-	__u16 pad;
-};
 
 // A socket's translated destination, so replies and getpeername show the
 // address the application asked for.
@@ -73,24 +47,6 @@ struct aff_value {
 };
 
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 65536);
-	__type(key, struct svc_key);
-	__type(value, struct svc_value);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} services SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 262144);
-	__type(key, struct backend_key);
-	__type(value, struct addrport);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} backends SEC(".maps");
-
-struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 65536);
 	__type(key, struct rev_key);
@@ -105,12 +61,6 @@ struct {
 	__type(value, struct aff_value);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } affinity SEC(".maps");
-
-static __always_inline int same_backend(const struct addrport *a, const struct addrport *b)
-{
-	return a->addr[0] == b->addr[0] && a->addr[1] == b->addr[1] && a->addr[2] == b->addr[2] &&
-	       a->addr[3] == b->addr[3] && a->port == b->port;
-}
 
 // sticky returns the backend the client's netns used last, if the entry has
 // not timed out and the backend still holds its slot (removing a backend

@@ -33,6 +33,8 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
+#include "lbmaps.h"
+
 char __license[] SEC("license") = "Dual MIT/GPL";
 
 // Every verdict that lets a packet go on is "next program" (TCX_NEXT): with
@@ -49,55 +51,6 @@ struct icmphdr {
 };
 #define ICMP_DEST_UNREACH 3
 #define ICMP_PORT_UNREACH 3
-
-// Flags of struct svc_value (SVC_AFFINITY is socklb.c's).
-#define SVC_AFFINITY 1
-#define SVC_KEEP_SOURCE 2 // externalTrafficPolicy Local: no SNAT, the backend sees the client
-#define SVC_SRC_RANGES 4  // loadBalancerSourceRanges: only sources in src_ranges[{id, *}]
-
-// Shared with socklb.c (same layout, same pinned maps).
-struct svc_key {
-	__u32 addr[4];
-	__u16 port;
-	__u8 proto;
-	__u8 pad;
-};
-
-struct svc_value {
-	__u32 id;
-	__u32 count;
-	__u32 flags;
-	__u32 affinity;
-};
-
-struct backend_key {
-	__u32 id;
-	__u32 slot;
-};
-
-struct addrport {
-	__u32 addr[4];
-	__u16 port;
-	__u16 pad;
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 65536);
-	__type(key, struct svc_key);
-	__type(value, struct svc_value);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} services SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(max_entries, 262144);
-	__type(key, struct backend_key);
-	__type(value, struct addrport);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} backends SEC(".maps");
 
 // The tc path's own maps.
 
@@ -201,12 +154,6 @@ struct flow {
 	__u32 l3len;    // network header length
 	__u32 payload;  // L4 bytes (header and data) in the packet
 };
-
-static __always_inline int same_backend(const struct addrport *a, const struct addrport *b)
-{
-	return a->addr[0] == b->addr[0] && a->addr[1] == b->addr[1] && a->addr[2] == b->addr[2] &&
-	       a->addr[3] == b->addr[3] && a->port == b->port;
-}
 
 // pick chooses a new flow's backend: the client's sticky one while it is
 // fresh and still in its slot, else one at random.
