@@ -6,16 +6,20 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodenet/nodenet/routes"
 )
 
-// watchKernel nudges the sync loop whenever a route or a neighbour entry
-// (ARP/NDP or VXLAN FDB) is deleted in the daemon's namespace, so a peer
-// route, neighbour or FDB entry removed by hand or by another tool is put
-// back within a sync (milliseconds) instead of at the next resync: the
-// chaos suite measured 5–10 s of broken cross-node traffic with the resync
-// alone. The sync is idempotent and rate-limited by --min-sync-period, so
-// deletions that are not ours cost one no-op sync; the resync stays the
-// bound if the subscription fails.
+// watchKernel nudges the sync loop whenever a route of ours (protocol
+// routes.ProtocolNodenet) or a neighbour entry (ARP/NDP or VXLAN FDB) is
+// deleted in the daemon's namespace, so peer state removed by hand or by
+// another tool is put back within a sync (milliseconds) instead of at the
+// next resync: the chaos suite measured 5–10 s of broken cross-node
+// traffic with the resync alone. Other routes do not wake the sync.
+// Neighbour deletions are not filtered: a deleted entry's notification
+// does not say it was permanent (measured), so the kernel's expiry of
+// learned neighbours costs a no-op sync, at most one per
+// --min-sync-period. The resync stays the bound if the subscription fails.
 func (d *Daemon) watchKernel(ctx context.Context) error {
 	routeUpdates := make(chan netlink.RouteUpdate, 64)
 	neighUpdates := make(chan netlink.NeighUpdate, 64)
@@ -50,7 +54,7 @@ func (d *Daemon) watchKernel(ctx context.Context) error {
 			if !ok {
 				return fmt.Errorf("route subscription in netns %s closed", d.opts.Netns)
 			}
-			if u.Type == unix.RTM_DELROUTE {
+			if u.Type == unix.RTM_DELROUTE && u.Protocol == routes.ProtocolNodenet {
 				d.sync.Nudge()
 			}
 		case u, ok := <-neighUpdates:
