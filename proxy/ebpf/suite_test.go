@@ -11,12 +11,12 @@ import (
 	"github.com/nodenet/nodenet/proxy/proxytest"
 )
 
-// waitingForTC are the shared suite's cases that only the tc/TCX programs
-// for traffic from other hosts can pass honestly. The suite's client
+// waitingForTC are the shared suite's cases about traffic from other
+// hosts, which this socket-LB run cannot pass honestly: the suite's client
 // namespace stands for another host, but its sockets are the test
-// process's, which sits in the cgroup the socket programs are attached to:
-// socket LB would answer these cases and prove nothing about external
-// traffic. Remove a name as the tc path lands; the list only shrinks.
+// process's, which sits in the cgroup the socket programs are attached to,
+// so socket LB would answer them and prove nothing. They run, and pass,
+// through the tc path in TestKernelSuiteThroughTC (tc_suite_test.go).
 var waitingForTC = map[string]string{
 	"NodePortFromAnotherNamespace":      "NodePort from another host needs the tc path",
 	"ExternalTrafficPolicyLocal":        "eTP Local from another host needs the tc path",
