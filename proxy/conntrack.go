@@ -75,24 +75,24 @@ func vips(sp *ServicePort) []netip.AddrPort {
 	return out
 }
 
-// staleUDPFlows compares the last programmed snapshot with the new one for
-// the UDP service ports in changed.
-func staleUDPFlows(prev, next *Snapshot, changed ChangeSet) *staleUDP {
+// staleUDPFlows finds the UDP flows made stale by the changes in was (each
+// changed port as the last successful sync programmed it, nil when it did
+// not exist) now that next is programmed. Ports outside was are unchanged
+// and have none. On the first sync was holds every port, as new.
+func staleUDPFlows(was map[ServicePortName]*ServicePort, next *Snapshot) *staleUDP {
 	s := &staleUDP{
 		dsts: map[netip.AddrPort]struct{}{}, dstPorts: map[uint16]struct{}{},
 		viaEndpoint: map[[2]netip.AddrPort]struct{}{}, nodePortEndpoint: map[nodePortEP]struct{}{},
 	}
-	var prevSvcs map[ServicePortName]*ServicePort
-	if prev != nil {
-		prevSvcs = prev.Services
-	}
-	consider := func(n ServicePortName) bool { return n.Protocol == UDP && changed.Has(n.NamespacedName) }
-	for n, sp := range next.Services {
-		if !consider(n) || len(sp.Selected.AllReachable) == 0 {
+	for n, old := range was {
+		if n.Protocol != UDP {
 			continue
 		}
-		old := prevSvcs[n]
-		if old == nil || len(old.Selected.AllReachable) == 0 {
+		sp := next.Services[n]
+		// No endpoint before, some now: flows to the VIP that nothing
+		// translated (answered by a reject, or pending) must go, or they
+		// keep the VIP un-DNATed.
+		if sp != nil && len(sp.Selected.AllReachable) > 0 && (old == nil || len(old.Selected.AllReachable) == 0) {
 			for _, v := range vips(sp) {
 				s.dsts[v] = struct{}{}
 			}
@@ -100,13 +100,11 @@ func staleUDPFlows(prev, next *Snapshot, changed ChangeSet) *staleUDP {
 				s.dstPorts[sp.NodePort] = struct{}{}
 			}
 		}
-	}
-	for n, old := range prevSvcs {
-		if !consider(n) || next.Services[n] == old {
+		if old == nil || sp == old {
 			continue
 		}
 		now := map[netip.AddrPort]bool{}
-		if sp := next.Services[n]; sp != nil {
+		if sp != nil {
 			for _, e := range sp.Selected.AllReachable {
 				now[e.AddrPort()] = true
 			}

@@ -13,8 +13,12 @@
 //	Cleanup(ctx) error
 //	Name() string
 //
-// Sync is called from one goroutine. snap is complete and read-only:
-// snap.Services maps every programmable ServicePortName to a *ServicePort
+// Sync is called from one goroutine. snap is complete and read-only, and
+// valid only during the call: every snapshot of a family shares one live
+// map that the next build changes in place (a change then costs what it
+// changes, not a copy of every service), while the *ServicePort values are
+// never changed once built, so a data plane may keep those. snap.Services
+// maps every programmable ServicePortName to a *ServicePort
 // holding the VIPs (ClusterIP, ExternalIPs, LoadBalancerIPs, NodePort), the
 // policies (ExternalPolicyLocal, InternalPolicyLocal, AffinityTimeout,
 // LoadBalancerSourceRanges, TrafficDistribution) and both the raw Endpoints

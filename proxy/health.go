@@ -268,18 +268,13 @@ func (s *healthCheckServers) closeAll() {
 	}
 }
 
-// healthChecks derives the wanted health check ports from the snapshots.
-func healthChecks(snaps []*Snapshot) map[uint16]hcService {
+// healthChecks derives the wanted health check ports from each family's
+// ports that have one (familyState.healthChecked).
+func healthChecks(families []map[ServicePortName]*ServicePort) map[uint16]hcService {
 	want := map[uint16]hcService{}
 	seen := map[uint16]map[string]bool{}
-	for _, snap := range snaps {
-		if snap == nil {
-			continue
-		}
-		for _, sp := range snap.Services {
-			if sp.HealthCheckNodePort == 0 || !sp.ExternalPolicyLocal {
-				continue
-			}
+	for _, ports := range families {
+		for _, sp := range ports {
 			p := sp.HealthCheckNodePort
 			hs := want[p]
 			hs.name = sp.Name.NamespacedName

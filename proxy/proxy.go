@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -72,7 +73,7 @@ type Proxy struct {
 	first      bool
 	fullNeeded map[Family]bool
 	desired    map[Family]*Snapshot // last built
-	programmed map[Family]*Snapshot // last successfully synced
+	programmed map[Family]bool      // a sync of the family has succeeded
 	state      map[Family]*familyState
 	nodePorts  map[Family]NodePorts
 	lastFull   time.Time
@@ -111,7 +112,7 @@ func New(cfg Config, planes map[Family]DataPlane) (*Proxy, error) {
 		synced:     make(chan struct{}),
 		fullNeeded: map[Family]bool{},
 		desired:    map[Family]*Snapshot{},
-		programmed: map[Family]*Snapshot{},
+		programmed: map[Family]bool{},
 		state:      map[Family]*familyState{},
 		nodePorts:  map[Family]NodePorts{},
 	}
@@ -164,12 +165,19 @@ func (p *Proxy) nudge() {
 	}
 }
 
-// Snapshot returns the last snapshot built for family f (nil before the
-// first sync). Read-only.
+// Snapshot returns a copy of the last snapshot built for family f (nil
+// before the first sync): the proxy's own changes in place, so callers get
+// a map of their own. Read-only.
 func (p *Proxy) Snapshot(f Family) *Snapshot {
 	p.syncMu.Lock()
 	defer p.syncMu.Unlock()
-	return p.desired[f]
+	snap := p.desired[f]
+	if snap == nil {
+		return nil
+	}
+	cp := *snap
+	cp.Services = maps.Clone(snap.Services)
+	return &cp
 }
 
 // RunLoop runs the bounded-frequency sync runner until ctx ends: a change
@@ -286,7 +294,7 @@ func (p *Proxy) SyncNow(ctx context.Context, forceFull bool) error {
 		in := buildInput{
 			family: f, node: node, nodePorts: nps,
 			clusterCIDRs: familyPrefixes(p.cfg.ClusterCIDRs, f), masqueradeAll: p.cfg.MasqueradeAll,
-			prev: p.desired[f], changes: c, reselectAll: c.nodeChanged,
+			changes: c, reselectAll: c.nodeChanged,
 		}
 		snap, touched, bad := p.state[f].buildSnapshot(in, p.log)
 		p.metrics.countInvalid(bad)
@@ -312,11 +320,11 @@ func (p *Proxy) SyncNow(ctx context.Context, forceFull bool) error {
 	if full := forceFull || first; full && allOK {
 		p.lastFull = start
 	}
-	snaps := make([]*Snapshot, 0, len(p.fams))
+	checked := make([]map[ServicePortName]*ServicePort, 0, len(p.fams))
 	for _, f := range p.fams {
-		snaps = append(snaps, p.desired[f])
+		checked = append(checked, p.state[f].healthChecked)
 	}
-	p.hc.update(ctx, healthChecks(snaps))
+	p.hc.update(ctx, healthChecks(checked))
 	if !allOK {
 		p.tracker.requeue(c)
 		return errors.Join(errs...)
@@ -346,19 +354,23 @@ func (p *Proxy) syncFamily(ctx context.Context, f Family, snap *Snapshot, cs Cha
 		}
 		return fmt.Errorf("sync %s %s: %w", mode, f, err)
 	}
-	p.state[f].countNoLocal(snap, cs, p.metrics, fam)
+	st := p.state[f]
+	st.countNoLocal(snap, cs, p.metrics, fam)
 	p.metrics.RulesProgrammed.WithLabelValues(mode, fam).Set(float64(res.Total))
 	p.metrics.RulesWritten.WithLabelValues(mode, fam).Add(float64(res.Written))
-	p.cleanConntrack(f, p.programmed[f], snap, cs)
-	p.programmed[f] = snap
+	p.cleanConntrack(f, st.was, snap, cs)
+	st.was = nil
+	p.programmed[f] = true
 	return nil
 }
 
-func (p *Proxy) cleanConntrack(f Family, prev, next *Snapshot, cs ChangeSet) {
-	if p.cfg.Conntrack == nil || prev == nil && !cs.Full {
+// cleanConntrack deletes the UDP flows the sync just made stale; was holds
+// the ports changed since the last successful sync, as it programmed them.
+func (p *Proxy) cleanConntrack(f Family, was map[ServicePortName]*ServicePort, next *Snapshot, cs ChangeSet) {
+	if p.cfg.Conntrack == nil || !p.programmed[f] && !cs.Full {
 		return
 	}
-	stale := staleUDPFlows(prev, next, cs)
+	stale := staleUDPFlows(was, next)
 	if stale.empty() {
 		return
 	}

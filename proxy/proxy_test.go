@@ -115,7 +115,7 @@ func TestChangeTrackingAndChangeSets(t *testing.T) {
 	if got := snap.Services[web].Endpoints[0]; got.Port != 8080 || !got.Ready || !got.IsLocal {
 		t.Errorf("endpoint = %+v", got)
 	}
-	dbBefore := snap.Services[db]
+	dbBefore, webBefore := snap.Services[db], snap.Services[web]
 
 	// One slice change: a partial sync naming only that service; the other
 	// service's port is shared untouched.
@@ -136,8 +136,11 @@ func TestChangeTrackingAndChangeSets(t *testing.T) {
 	if n := len(snap2.Services[web].Selected.Cluster); n != 1 {
 		t.Errorf("web has %d endpoints, want 1", n)
 	}
-	if n := len(snap.Services[web].Selected.Cluster); n != 2 {
-		t.Error("previous snapshot was mutated")
+	// Snapshots share the live map, but a port is never changed in place:
+	// the one the last sync programmed stays as it was (staleUDPFlows
+	// compares against it).
+	if n := len(webBefore.Selected.Cluster); n != 2 {
+		t.Error("the previous sync's service port was mutated")
 	}
 
 	// Deletion: the name is in the change set and gone from the snapshot.
@@ -296,7 +299,10 @@ func TestStaleUDPFlows(t *testing.T) {
 		sp.Selected = SelectEndpoints(sp, NodeInfo{})
 		return &Snapshot{Services: map[ServicePortName]*ServicePort{name: sp}}
 	}
-	cs := ChangeSet{Services: map[types.NamespacedName]struct{}{name.NamespacedName: {}}}
+	// changed: name was prev's port before the sync that programs next.
+	changed := func(prev, next *Snapshot) map[ServicePortName]*ServicePort {
+		return map[ServicePortName]*ServicePort{name: prev.Services[name]}
+	}
 	flow := func(dst string, dport uint16, be string, bport uint16) *netlink.ConntrackFlow {
 		f := &netlink.ConntrackFlow{}
 		f.Forward.Protocol, f.Forward.DstIP, f.Forward.DstPort = 17, net.ParseIP(dst), dport
@@ -304,7 +310,8 @@ func TestStaleUDPFlows(t *testing.T) {
 		return f
 	}
 	// Endpoint removed: flows DNATed to it go, flows to the survivor stay.
-	s := staleUDPFlows(mk("10.244.0.1", "10.244.0.2"), mk("10.244.0.1"), cs)
+	next := mk("10.244.0.1")
+	s := staleUDPFlows(changed(mk("10.244.0.1", "10.244.0.2"), next), next)
 	for _, c := range []struct {
 		f    *netlink.ConntrackFlow
 		want bool
@@ -319,12 +326,25 @@ func TestStaleUDPFlows(t *testing.T) {
 		}
 	}
 	// None → some: un-DNATed flows to the VIP go.
-	s = staleUDPFlows(mk(), mk("10.244.0.1"), cs)
+	next = mk("10.244.0.1")
+	s = staleUDPFlows(changed(mk(), next), next)
 	if !s.MatchConntrackFlow(flow("10.96.0.10", 53, "10.96.0.10", 53)) || s.MatchConntrackFlow(flow("10.96.0.10", 53, "10.244.0.1", 5353)) {
 		t.Error("none→some: wrong match")
 	}
-	// Unchanged service: nothing.
-	if s := staleUDPFlows(mk("10.244.0.1"), mk("10.244.0.1"), ChangeSet{}); !s.empty() {
+	// Service deleted: flows to its endpoints via the VIP go.
+	s = staleUDPFlows(changed(mk("10.244.0.1"), &Snapshot{}), &Snapshot{})
+	if !s.MatchConntrackFlow(flow("10.96.0.10", 53, "10.244.0.1", 5353)) {
+		t.Error("deleted service: flow to its endpoint kept")
+	}
+	// New service with endpoints (first sync: every port is new): flows to
+	// the VIP that nothing translated go.
+	next = mk("10.244.0.1")
+	s = staleUDPFlows(map[ServicePortName]*ServicePort{name: nil}, next)
+	if !s.MatchConntrackFlow(flow("10.96.0.10", 53, "10.96.0.10", 53)) {
+		t.Error("new service: un-DNATed flow to the VIP kept")
+	}
+	// Unchanged service (not in was): nothing.
+	if s := staleUDPFlows(nil, mk("10.244.0.1")); !s.empty() {
 		t.Error("unchanged service produced stale flows")
 	}
 }

@@ -38,6 +38,21 @@ func nodeInfo(name string, node *v1.Node, f Family) NodeInfo {
 // service ports each service contributed, so a change replaces exactly them.
 type familyState struct {
 	byService map[types.NamespacedName][]*ServicePort
+	// services is the one live map every snapshot of the family shares,
+	// changed in place by each build: copying it per sync made every
+	// EndpointSlice change cost O(services) in time and garbage. A data
+	// plane reads snap.Services only during its Sync.
+	services map[ServicePortName]*ServicePort
+	// was holds, for each UDP port changed since the family's last
+	// successful sync, the port as that sync programmed it (nil: it did not
+	// exist); cleared when a sync succeeds, so after a failed one it still
+	// spans every change the kernel has not seen. staleUDPFlows reads it,
+	// and only UDP flows go stale, so other protocols are not noted.
+	was map[ServicePortName]*ServicePort
+	// healthChecked are the ports with a healthCheckNodePort and
+	// externalTrafficPolicy Local, kept up to date per build so the health
+	// check servers are derived without scanning every service.
+	healthChecked map[ServicePortName]*ServicePort
 	// noLocal holds the ports whose Local-policy traffic has no endpoint
 	// (noLocalInternal|noLocalExternal bits), kept up to date by
 	// countNoLocal; noLocalCount is the number of ports per bit.
@@ -52,32 +67,33 @@ type buildInput struct {
 	nodePorts     NodePorts
 	clusterCIDRs  []netip.Prefix
 	masqueradeAll bool
-	prev          *Snapshot // nil on the first build
 	changes       changes
 	reselectAll   bool // node changed: redo endpoint selection everywhere
 }
 
-// buildSnapshot folds changes into the previous snapshot. It returns the new
-// snapshot, the service ports the changes touched (before and after) and
-// the invalid-input errors it skipped.
+// buildSnapshot folds changes into the family's live service map (the
+// previous build's) and returns a snapshot of it, the service ports the
+// changes touched (before and after) and the invalid-input errors it
+// skipped. Its cost is that of the changes, not of the whole map.
 func (st *familyState) buildSnapshot(in buildInput, log *slog.Logger) (*Snapshot, map[ServicePortName]struct{}, []error) {
+	if st.services == nil {
+		// Sized for the first build, which holds every service: growing a
+		// map of thousands entry by entry was a third of a cold sync.
+		st.services = make(map[ServicePortName]*ServicePort, len(in.changes.services))
+	}
 	snap := &Snapshot{
 		Family:        in.family,
 		Node:          in.node,
 		ClusterCIDRs:  in.clusterCIDRs,
 		MasqueradeAll: in.masqueradeAll,
 		NodePorts:     in.nodePorts,
-	}
-	if in.prev != nil {
-		snap.Services = maps.Clone(in.prev.Services)
-	} else {
-		snap.Services = map[ServicePortName]*ServicePort{}
+		Services:      st.services,
 	}
 	var errs []error
-	touched := map[ServicePortName]struct{}{}
+	touched := make(map[ServicePortName]struct{}, len(in.changes.services))
 	for n, pc := range in.changes.services {
 		for _, old := range st.byService[n] {
-			delete(snap.Services, old.Name)
+			st.set(old.Name, nil)
 			touched[old.Name] = struct{}{}
 		}
 		delete(st.byService, n)
@@ -94,7 +110,7 @@ func (st *familyState) buildSnapshot(in buildInput, log *slog.Logger) (*Snapshot
 				continue
 			}
 			sp.Selected = SelectEndpoints(sp, in.node)
-			snap.Services[sp.Name] = sp
+			st.set(sp.Name, sp)
 			touched[sp.Name] = struct{}{}
 			kept = append(kept, sp)
 		}
@@ -104,7 +120,8 @@ func (st *familyState) buildSnapshot(in buildInput, log *slog.Logger) (*Snapshot
 	}
 	if in.reselectAll {
 		// Node zone/name changes alter selection of every service: copy the
-		// ports so the previous snapshot stays untouched.
+		// ports, so the ones the last sync programmed (in was) stay as they
+		// were.
 		for n, sps := range st.byService {
 			if _, done := in.changes.services[n]; done {
 				continue
@@ -113,7 +130,7 @@ func (st *familyState) buildSnapshot(in buildInput, log *slog.Logger) (*Snapshot
 				cp := *sp
 				cp.Selected = SelectEndpoints(&cp, in.node)
 				sps[i] = &cp
-				snap.Services[cp.Name] = &cp
+				st.set(cp.Name, &cp)
 				touched[cp.Name] = struct{}{}
 			}
 		}
@@ -122,6 +139,33 @@ func (st *familyState) buildSnapshot(in buildInput, log *slog.Logger) (*Snapshot
 		log.Warn("skipping input the proxy cannot program", "family", in.family, "err", err)
 	}
 	return snap, touched, errs
+}
+
+// set puts sp (nil: removes it) under name in the live map, first noting
+// in was what the last successful sync programmed there (UDP ports), and keeps
+// healthChecked in step.
+func (st *familyState) set(name ServicePortName, sp *ServicePort) {
+	if name.Protocol == UDP {
+		if st.was == nil {
+			st.was = map[ServicePortName]*ServicePort{}
+		}
+		if _, noted := st.was[name]; !noted {
+			st.was[name] = st.services[name]
+		}
+	}
+	if sp == nil {
+		delete(st.services, name)
+	} else {
+		st.services[name] = sp
+	}
+	if sp != nil && sp.HealthCheckNodePort != 0 && sp.ExternalPolicyLocal {
+		if st.healthChecked == nil {
+			st.healthChecked = map[ServicePortName]*ServicePort{}
+		}
+		st.healthChecked[name] = sp
+	} else {
+		delete(st.healthChecked, name)
+	}
 }
 
 // changedNames lists the services of a change set in a stable order (logs).

@@ -224,7 +224,9 @@ type Snapshot struct {
 
 	NodePorts NodePorts
 
-	// Services holds every programmable service port of this family.
+	// Services holds every programmable service port of this family. The
+	// proxy changes this map in place at its next build: read it only
+	// during the Sync it was given to (the ports themselves are immutable).
 	Services map[ServicePortName]*ServicePort
 }
 

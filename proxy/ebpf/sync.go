@@ -84,7 +84,7 @@ func (s *state) full(snap *proxy.Snapshot) error {
 	if err := s.ranges.load(); err != nil {
 		return err
 	}
-	want := map[svcKey]bool{}
+	want := make(map[svcKey]bool, len(snap.Services))
 	s.batching = true
 	for _, name := range snap.SortedNames() {
 		var keys []svcKey
