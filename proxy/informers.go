@@ -30,11 +30,12 @@ func (p *Proxy) Run(ctx context.Context, client kubernetes.Interface) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	resync := 0 * time.Second // handlers are idempotent; the sync loop resyncs the kernel
-	svcInf := informers.NewSharedInformerFactoryWithOptions(client, resync,
+	strip := informers.WithTransform(StripUnused)
+	svcInf := informers.NewSharedInformerFactoryWithOptions(client, resync, strip,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = serviceSelector }))
-	sliceInf := informers.NewSharedInformerFactoryWithOptions(client, resync,
+	sliceInf := informers.NewSharedInformerFactoryWithOptions(client, resync, strip,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = sliceSelector }))
-	nodeInf := informers.NewSharedInformerFactoryWithOptions(client, resync,
+	nodeInf := informers.NewSharedInformerFactoryWithOptions(client, resync, strip,
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 			o.FieldSelector = fields.OneTermEqualSelector("metadata.name", p.cfg.NodeName).String()
 		}))
@@ -115,6 +116,49 @@ func (p *Proxy) Run(ctx context.Context, client kubernetes.Interface) error {
 	p.log.Info("caches synced; syncing data plane", "node", p.cfg.NodeName)
 	p.RunLoop(ctx)
 	return nil
+}
+
+// StripUnused is the informers' transform: it drops, before an object is
+// cached, the fields the proxy never reads: managed fields everywhere, a
+// Service's selector and annotations (but the scheduler's), an
+// EndpointSlice's endpoint target references and labels and annotations
+// (but the service name and trigger time), a Node's image list. With
+// 10,000 Services that is a fifth of the proxy's live heap, and the cache
+// is the proxy's alone. Objects of other types pass unchanged.
+func StripUnused(o any) (any, error) {
+	switch obj := o.(type) {
+	case *v1.Service:
+		obj.ManagedFields = nil
+		obj.Spec.Selector = nil
+		obj.Annotations = keepKeys(obj.Annotations, SchedulerAnnotation)
+	case *discovery.EndpointSlice:
+		obj.ManagedFields = nil
+		obj.Labels = keepKeys(obj.Labels, ServiceNameLabel)
+		obj.Annotations = keepKeys(obj.Annotations, TriggerTimeAnnotation)
+		for i := range obj.Endpoints {
+			obj.Endpoints[i].TargetRef = nil
+			obj.Endpoints[i].DeprecatedTopology = nil
+		}
+	case *v1.Node:
+		obj.ManagedFields = nil
+		obj.Status.Images = nil
+	}
+	return o, nil
+}
+
+// keepKeys deletes every key of m but key, in place (a new map per object
+// would be more garbage at start-up than the keys it drops), and returns
+// nil when nothing is left.
+func keepKeys(m map[string]string, key string) map[string]string {
+	for k := range m {
+		if k != key {
+			delete(m, k)
+		}
+	}
+	if len(m) == 0 {
+		return nil
+	}
+	return m
 }
 
 func unwrap(o any) any {

@@ -48,6 +48,7 @@ func runProxy(ctx context.Context, args []string) error {
 	fs.DurationVar(&o.Core.SyncPeriod, "sync-period", time.Hour, "interval of full resyncs (partial syncs between)")
 	fs.StringVar(&o.HealthzBindAddress, "healthz-bind-address", "0.0.0.0:10256", `/healthz and /livez address ("" = off)`)
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", "127.0.0.1:10249", `/metrics address ("" = off)`)
+	fs.BoolVar(&o.Profiling, "profiling", false, "serve Go's /debug/pprof/ on the metrics address")
 	fs.BoolVar(&cleanup, "cleanup", false, "remove every proxy mode's rules and exit")
 	fs.StringVar(&ipvsCfg.Scheduler, "ipvs-scheduler", "rr", "ipvs mode: the IPVS scheduler of Services without the "+proxy.SchedulerAnnotation+" annotation (rr, wrr, lc, wlc, lblc, lblcr, dh, sh, sed, nq, fo, ovf, mh)")
 	fs.DurationVar(&ipvsCfg.Timeouts.TCP, "ipvs-tcp-timeout", 0, "ipvs mode: idle timeout of established IPVS TCP connections (0 = leave the kernel's)")
