@@ -406,9 +406,15 @@ type iperf3Report struct {
 // if it has not exited by itself) and `iperf3 -c dst -t 5 -J` in client's,
 // retrying the client while the server is not listening yet.
 func tputIperf3(b *testing.B, client, server *nettest.NS, dst netip.Addr) (gbps float64, retrans int) {
+	return tputIperf3Via(b, client, server, dst, netip.AddrPortFrom(dst, tputPort))
+}
+
+// tputIperf3Via is tputIperf3 with the server on bind (port tputPort) and
+// the client connecting to via, which a proxy translates to it.
+func tputIperf3Via(b *testing.B, client, server *nettest.NS, bind netip.Addr, via netip.AddrPort) (gbps float64, retrans int) {
 	port := fmt.Sprint(tputPort)
 	var srvOut bytes.Buffer
-	srv := exec.Command("ip", "netns", "exec", server.Name(), "iperf3", "-s", "-1", "-B", dst.String(), "-p", port)
+	srv := exec.Command("ip", "netns", "exec", server.Name(), "iperf3", "-s", "-1", "-B", bind.String(), "-p", port)
 	srv.Stdout, srv.Stderr = &srvOut, &srvOut
 	if err := srv.Start(); err != nil {
 		b.Fatalf("start iperf3 server: %v", err)
@@ -431,7 +437,7 @@ func tputIperf3(b *testing.B, client, server *nettest.NS, dst netip.Addr) (gbps 
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		cmd := exec.CommandContext(ctx, "ip", "netns", "exec", client.Name(),
-			"iperf3", "-c", dst.String(), "-p", port, "-t", fmt.Sprint(tputSeconds), "-J")
+			"iperf3", "-c", via.Addr().String(), "-p", fmt.Sprint(via.Port()), "-t", fmt.Sprint(tputSeconds), "-J")
 		out, err := cmd.Output()
 		var rep iperf3Report
 		jerr := json.Unmarshal(out, &rep)

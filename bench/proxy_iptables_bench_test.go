@@ -107,20 +107,7 @@ func benchSlice(i int, rv string, eps ...netip.Addr) *discoveryv1.EndpointSlice 
 }
 
 // procStatus reads a kB field of /proc/self/status in MiB.
-func procStatus(field string) float64 {
-	data, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(data), "\n") {
-		if strings.HasPrefix(l, field+":") {
-			f := strings.Fields(l)
-			kb, _ := strconv.ParseFloat(f[1], 64)
-			return kb / 1024
-		}
-	}
-	return 0
-}
+func procStatus(field string) float64 { return procMiB(os.Getpid(), field) }
 
 // BenchmarkProxyIPTables: the proxy core + iptables data plane programming
 // a throwaway node namespace with N ClusterIP services × 2 endpoints.

@@ -346,8 +346,11 @@ func (s *Server) Metrics(ctx context.Context, names ...string) (map[string]float
 }
 
 // LogTail is the end of the server's log.
-func (s *Server) LogTail(n int64) string {
-	f, err := os.Open(s.LogPath)
+func (s *Server) LogTail(n int64) string { return FileTail(s.LogPath, n) }
+
+// FileTail is the last n bytes of the file at path ("" if unreadable).
+func FileTail(path string, n int64) string {
+	f, err := os.Open(path)
 	if err != nil {
 		return ""
 	}
