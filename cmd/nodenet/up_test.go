@@ -26,7 +26,6 @@ func TestParseUpRefusesBadOptions(t *testing.T) {
 		args []string
 		want []string // substrings of the error
 	}{
-		{[]string{"--proxy-mode", "ebpf"}, []string{"--proxy-mode=ebpf", "per-node cgroups"}},
 		{[]string{"--proxy-mode", "userspace"}, []string{`"userspace": unknown mode`, "iptables", "none"}},
 		{[]string{"--backend", "udp"}, []string{`--backend "udp": want one of host-gw, vxlan`}},
 		{[]string{"--nodes", "0"}, []string{"--nodes 0: want 1 to 200"}},
