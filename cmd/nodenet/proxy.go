@@ -17,6 +17,7 @@ import (
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
@@ -203,20 +204,28 @@ func (eb ebpfFlags) validate() error {
 }
 
 // autoTCInterfaces chooses the tc interfaces of --bpf-tc-interfaces=auto:
-// the links holding the node's addresses. The Node is waited for a
-// minute: the proxy may start before its agent registered it.
+// the links holding the node's addresses. The Node is listed by name (the
+// proxy's role may list and watch nodes, as kube-proxy's, not get them)
+// and waited for 20s: the proxy may start before its agent registered it,
+// and its liveness probe is not served until the data plane runs.
 func autoTCInterfaces(ctx context.Context, client kubernetes.Interface, nodeName string, npa proxy.NodePortAddresses) ([]string, error) {
 	var node *corev1.Node
-	err := wait.PollUntilContextTimeout(ctx, time.Second, time.Minute, true, func(ctx context.Context) (bool, error) {
-		n, err := client.CoreV1().Nodes().Get(ctx, nodeName, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 20*time.Second, true, func(ctx context.Context) (bool, error) {
+		l, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", nodeName).String()})
+		switch {
+		case err != nil:
+			last = err
+		case len(l.Items) == 0:
+			last = errors.New("no such Node yet")
+		default:
+			node = &l.Items[0]
+			return true, nil
 		}
-		node = n
-		return true, nil
+		return false, nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read Node %s for its addresses: %w", nodeName, err)
+		return nil, fmt.Errorf("read Node %s for its addresses: %w", nodeName, errors.Join(err, last))
 	}
 	local, err := localAddrs()
 	if err != nil {
