@@ -105,6 +105,10 @@ func upCluster(t *testing.T, backend, proxyMode string) (name, dir, bin string) 
 			t.Errorf("nodenet down: %v: %s", err, b)
 		}
 		checkNothingLeft(t, name, bin)
+		// The nodes' bpffs and cgroup mounts are below dir.
+		if b, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(b), " "+dir+"/") {
+			t.Errorf("mounts below %s left behind:\n%s", dir, b)
+		}
 	})
 	deadline := time.Now().Add(90 * time.Second)
 	for {
@@ -167,6 +171,13 @@ func checkNothingLeft(t *testing.T, name, bin string) {
 	}
 	if b, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(b), cluster.Prefix(name)) {
 		t.Errorf("mounts left behind:\n%s", b)
+	}
+	for i := 1; i <= 3; i++ {
+		if cg, err := cluster.NodeCgroup(name, i); err == nil {
+			if _, err := os.Stat(cg); err == nil {
+				t.Errorf("node cgroup %s left behind", cg)
+			}
+		}
 	}
 	procs, _ := os.ReadDir("/proc")
 	for _, p := range procs {

@@ -46,7 +46,7 @@ func TestParseUpRefusesBadOptions(t *testing.T) {
 		{[]string{"3"}, []string{"unexpected arguments [3]"}},
 		{[]string{"--cni-plugin", file}, []string{"is not an executable file"}},
 		// Every problem at once, not one per attempt.
-		{[]string{"--backend", "udp", "--proxy-mode", "ebpf", "--nodes", "0"}, []string{"--backend", "--proxy-mode", "--nodes"}},
+		{[]string{"--backend", "udp", "--proxy-mode", "userspace", "--nodes", "0"}, []string{"--backend", "--proxy-mode", "--nodes"}},
 	}
 	// The nodes share this kernel: without IPVS the ipvs mode is refused
 	// up front, saying what is missing.
