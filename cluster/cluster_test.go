@@ -258,6 +258,15 @@ func TestUpPodsConnectDown(t *testing.T) {
 // whose proxies use the nftables data plane; `make run` covers iptables.
 func TestUpNFTablesDemo(t *testing.T) {
 	name, dir, bin := upCluster(t, "vxlan", "nftables")
+	out := runDemo(t, name, dir, bin, "(service) answered by echo-", "(LoadBalancer) answered by echo-", "external client (netns "+cluster.VPCNetns(name)+")")
+	t.Logf("demo:\n%s", out)
+}
+
+// runDemo runs the demo's checks on a cluster from upCluster, fails the
+// test on a failed check or when the output lacks one of want, and returns
+// the output.
+func runDemo(t *testing.T, name, dir, bin string, want ...string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	kubeconfig := filepath.Join(dir, "admin.kubeconfig")
@@ -268,14 +277,14 @@ func TestUpNFTablesDemo(t *testing.T) {
 	var out bytes.Buffer
 	fails, err := cluster.RunDemo(ctx, cs, cluster.DemoOptions{Binary: bin, Kubeconfig: kubeconfig, Nodes: 3, Pods: 4, ExternalNetns: cluster.VPCNetns(name), Out: &out})
 	if err != nil || fails != 0 {
-		t.Fatalf("demo on nftables: %d failed checks, err %v\n%s", fails, err, out.String())
+		t.Fatalf("demo: %d failed checks, err %v\n%s", fails, err, out.String())
 	}
-	for _, want := range []string{"(service) answered by echo-", "(LoadBalancer) answered by echo-", "external client (netns " + cluster.VPCNetns(name) + ")"} {
-		if !strings.Contains(out.String(), want) {
-			t.Fatalf("the demo checked no %q:\n%s", want, out.String())
+	for _, w := range want {
+		if !strings.Contains(out.String(), w) {
+			t.Fatalf("the demo checked no %q:\n%s", w, out.String())
 		}
 	}
-	t.Logf("demo:\n%s", out.String())
+	return out.String()
 }
 
 // repairVPCRoute deletes each node's podCIDR route from the vpc router

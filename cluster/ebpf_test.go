@@ -1,13 +1,9 @@
 package cluster_test
 
 import (
-	"bytes"
-	"context"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -27,23 +23,7 @@ import (
 // node cgroup and no mount.
 func TestUpEBPFDemo(t *testing.T) {
 	name, dir, bin := upCluster(t, "host-gw", "ebpf")
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	kubeconfig := filepath.Join(dir, "admin.kubeconfig")
-	cs, err := cluster.Client(kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	fails, err := cluster.RunDemo(ctx, cs, cluster.DemoOptions{Binary: bin, Kubeconfig: kubeconfig, Nodes: 3, Pods: 4, ExternalNetns: cluster.VPCNetns(name), Out: &out})
-	if err != nil || fails != 0 {
-		t.Fatalf("demo on ebpf: %d failed checks, err %v\n%s", fails, err, out.String())
-	}
-	for _, want := range []string{"(service) answered by echo-", "(NodePort on node-2) answered by echo-", "(LoadBalancer) answered by echo-"} {
-		if !strings.Contains(out.String(), want) {
-			t.Fatalf("the demo checked no %q:\n%s", want, out.String())
-		}
-	}
+	out := runDemo(t, name, dir, bin, "(service) answered by echo-", "(NodePort on node-2) answered by echo-", "(LoadBalancer) answered by echo-")
 	progs := map[ebpf.ProgramID]string{}
 	for i := 1; i <= 3; i++ {
 		node := cluster.NodeName(i)
@@ -74,7 +54,7 @@ func TestUpEBPFDemo(t *testing.T) {
 			t.Errorf("connect4 programs %v attached to %s, above the node cgroups: they would translate every node's pods", ids, above)
 		}
 	}
-	t.Logf("demo:\n%s", out.String())
+	t.Logf("demo:\n%s", out)
 }
 
 // connect4 lists the connect4 programs attached directly to cgroup dir.
