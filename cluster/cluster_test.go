@@ -622,6 +622,9 @@ func TestUpCleansUpAfterKilledUp(t *testing.T) {
 			t.Errorf("nodenet down: %v: %s", err, b)
 		}
 		checkNothingLeft(t, name, "")
+		if b, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(b), " "+dir+"/") {
+			t.Errorf("mounts below %s left behind:\n%s", dir, b)
+		}
 	})
 	args := []string{"up", "--nodes", "1", "--dir", dir, "--name", name, "--api-port", "0", "--proxy-mode", "none"}
 	cmd := exec.Command(bin, args...)
@@ -641,6 +644,10 @@ func TestUpCleansUpAfterKilledUp(t *testing.T) {
 	_ = cmd.Wait()
 	if len(netnsOf(name)) == 0 {
 		t.Fatalf("the killed up left nothing behind; the test proves nothing")
+	}
+	// Nor may its node's bpffs and cgroup mounts stop the next up.
+	if b, _ := os.ReadFile("/proc/self/mountinfo"); !strings.Contains(string(b), " "+filepath.Join(dir, "nodes/node-1/sys/fs/bpf")+" ") {
+		t.Fatalf("the killed up left no bpffs mount on node-1's root; the test proves nothing")
 	}
 	second, err := runUp(t, bin, append(args[1:], "--demo-exit")...)
 	if err != nil || !strings.Contains(second, "node daemons") {
