@@ -105,6 +105,10 @@ func upCluster(t *testing.T, backend, proxyMode string) (name, dir, bin string) 
 			t.Errorf("nodenet down: %v: %s", err, b)
 		}
 		checkNothingLeft(t, name, bin)
+		// The nodes' bpffs and cgroup mounts are below dir.
+		if b, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(b), " "+dir+"/") {
+			t.Errorf("mounts below %s left behind:\n%s", dir, b)
+		}
 	})
 	deadline := time.Now().Add(90 * time.Second)
 	for {
@@ -167,6 +171,13 @@ func checkNothingLeft(t *testing.T, name, bin string) {
 	}
 	if b, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(b), cluster.Prefix(name)) {
 		t.Errorf("mounts left behind:\n%s", b)
+	}
+	for i := 1; i <= 3; i++ {
+		if cg, err := cluster.NodeCgroup(name, i); err == nil {
+			if _, err := os.Stat(cg); err == nil {
+				t.Errorf("node cgroup %s left behind", cg)
+			}
+		}
 	}
 	procs, _ := os.ReadDir("/proc")
 	for _, p := range procs {
@@ -247,6 +258,15 @@ func TestUpPodsConnectDown(t *testing.T) {
 // whose proxies use the nftables data plane; `make run` covers iptables.
 func TestUpNFTablesDemo(t *testing.T) {
 	name, dir, bin := upCluster(t, "vxlan", "nftables")
+	out := runDemo(t, name, dir, bin, "(service) answered by echo-", "(LoadBalancer) answered by echo-", "external client (netns "+cluster.VPCNetns(name)+")")
+	t.Logf("demo:\n%s", out)
+}
+
+// runDemo runs the demo's checks on a cluster from upCluster, fails the
+// test on a failed check or when the output lacks one of want, and returns
+// the output.
+func runDemo(t *testing.T, name, dir, bin string, want ...string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	kubeconfig := filepath.Join(dir, "admin.kubeconfig")
@@ -257,14 +277,14 @@ func TestUpNFTablesDemo(t *testing.T) {
 	var out bytes.Buffer
 	fails, err := cluster.RunDemo(ctx, cs, cluster.DemoOptions{Binary: bin, Kubeconfig: kubeconfig, Nodes: 3, Pods: 4, ExternalNetns: cluster.VPCNetns(name), Out: &out})
 	if err != nil || fails != 0 {
-		t.Fatalf("demo on nftables: %d failed checks, err %v\n%s", fails, err, out.String())
+		t.Fatalf("demo: %d failed checks, err %v\n%s", fails, err, out.String())
 	}
-	for _, want := range []string{"(service) answered by echo-", "(LoadBalancer) answered by echo-", "external client (netns " + cluster.VPCNetns(name) + ")"} {
-		if !strings.Contains(out.String(), want) {
-			t.Fatalf("the demo checked no %q:\n%s", want, out.String())
+	for _, w := range want {
+		if !strings.Contains(out.String(), w) {
+			t.Fatalf("the demo checked no %q:\n%s", w, out.String())
 		}
 	}
-	t.Logf("demo:\n%s", out.String())
+	return out.String()
 }
 
 // repairVPCRoute deletes each node's podCIDR route from the vpc router
@@ -602,6 +622,9 @@ func TestUpCleansUpAfterKilledUp(t *testing.T) {
 			t.Errorf("nodenet down: %v: %s", err, b)
 		}
 		checkNothingLeft(t, name, "")
+		if b, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(b), " "+dir+"/") {
+			t.Errorf("mounts below %s left behind:\n%s", dir, b)
+		}
 	})
 	args := []string{"up", "--nodes", "1", "--dir", dir, "--name", name, "--api-port", "0", "--proxy-mode", "none"}
 	cmd := exec.Command(bin, args...)
@@ -621,6 +644,10 @@ func TestUpCleansUpAfterKilledUp(t *testing.T) {
 	_ = cmd.Wait()
 	if len(netnsOf(name)) == 0 {
 		t.Fatalf("the killed up left nothing behind; the test proves nothing")
+	}
+	// Nor may its node's bpffs and cgroup mounts stop the next up.
+	if b, _ := os.ReadFile("/proc/self/mountinfo"); !strings.Contains(string(b), " "+filepath.Join(dir, "nodes/node-1/sys/fs/bpf")+" ") {
+		t.Fatalf("the killed up left no bpffs mount on node-1's root; the test proves nothing")
 	}
 	second, err := runUp(t, bin, append(args[1:], "--demo-exit")...)
 	if err != nil || !strings.Contains(second, "node daemons") {

@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/nodenet/nodenet/internal/cgroup2"
 )
 
 // Backends are the flannel backends a local cluster can run. With alloc
@@ -67,6 +69,10 @@ func (c *Config) Validate() error {
 	}
 	if err := checkExecutable(c.CNIBinary); err != nil {
 		errs = append(errs, fmt.Errorf("--cni-plugin: %w (build it with: make build, or CGO_ENABLED=0 go build -o %s ./cmd/nodenet-cni)", err, c.CNIBinary))
+	}
+	// Each node's pods run in a node cgroup (nodemounts.go).
+	if _, err := cgroup2.Mount(); err != nil {
+		errs = append(errs, fmt.Errorf("node cgroups: %w", err))
 	}
 	if d, err := findPortmap(); err != nil {
 		errs = append(errs, err)

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -121,11 +123,22 @@ func Probe(ctx context.Context, binary string, from *corev1.Pod, target string) 
 	return probeIn(ctx, binary, from.Annotations[netnsAnnotation], from.Name, target)
 }
 
-// probeIn runs the echo client in the named network namespace.
+// probeIn runs the echo client in the named network namespace, and in the
+// node cgroup of the pods there (netnsCgroup), as a process of that pod
+// would: a node's ebpf proxy load-balances only its own cgroup's sockets.
 func probeIn(ctx context.Context, binary, netns, who, target string) (string, error) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(cctx, "ip", "netns", "exec", netns, binary, "echo", "--client", target, "--message", "hello from "+who).CombinedOutput()
+	cmd := exec.CommandContext(cctx, "ip", "netns", "exec", netns, binary, "echo", "--client", target, "--message", "hello from "+who)
+	if cg := netnsCgroup(netns); cg != "" {
+		f, err := os.Open(cg)
+		if err != nil {
+			return "", fmt.Errorf("%s -> %s: open the pod's cgroup: %w", who, target, err)
+		}
+		defer f.Close()
+		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(f.Fd())}
+	}
+	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return "", fmt.Errorf("%s -> %s: %w: %s", who, target, err, strings.TrimSpace(string(out)))
 	}

@@ -65,13 +65,26 @@
 // Each node has a root directory, <dir>/nodes/<node>/ (the agent's
 // --host-root): the DaemonSet's hostPath volumes (/run/flannel,
 // /etc/cni/net.d, /opt/cni/bin, /run/xtables.lock, /lib/modules linked to
-// the machine's, /sys/fs/bpf) are under it, and the agent runs the CNI
+// the machine's, /sys/fs/bpf, /sys/fs/cgroup) are under it, and the agent runs the CNI
 // plugins with the node's /run/flannel, /var/lib/cni and iptables lock
 // bound on the real paths in a private mount namespace, so the conflist
 // flanneld writes (subnetFile /run/flannel/subnet.env) means the node's
 // file. The portmap plugin comes from the machine (Debian's
 // containernetworking-plugins). Pods get KUBERNETES_SERVICE_HOST/PORT =
 // 172.30.0.1:6443 and a service account token from TokenRequest.
+//
+// The nodes share one kernel, so what a real node has once per machine is
+// made per node (nodemounts.go): node i's cgroup
+// <cgroup v2 mount>/nodenet.slice/<name>-node-<i>, which its agent starts
+// every pod process in (--pod-cgroup) and `up` binds on the node root's
+// sys/fs/cgroup, and a bpffs of its own on sys/fs/bpf. The ebpf proxy of
+// each node thus attaches its socket programs to its own node's pods and
+// pins in its own tree, through the same hostPaths as on a real node. The
+// demo's probes from a pod run in its node's cgroup, as the pod's
+// processes do. Down kills what is left in the node cgroups, detaches
+// every mount below the state directory before removing anything there,
+// and removes the node cgroups; `up` does the same first, for a run that
+// was killed.
 //
 // This package imports no daemon package: it only starts processes, lays
 // out files and talks to the API server through client-go.

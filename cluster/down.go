@@ -22,7 +22,8 @@ func ReadState(dir string) (State, error) {
 }
 
 // Down removes a cluster: every process in its namespaces (components and
-// pods), the namespaces with their mounts and veths, and the state under
+// pods), the namespaces with their mounts and veths, the nodes' bpffs and
+// cgroup mounts and their cgroups, and the state under
 // dir (logs too unless keepLogs). name may be empty to take it from
 // <dir>/cluster.json. It is idempotent.
 func Down(dir, name string, keepLogs bool) error {
@@ -44,6 +45,11 @@ func Down(dir, name string, keepLogs bool) error {
 		return err
 	}
 	if err := removeNetns(names); err != nil {
+		return err
+	}
+	// The nodes' bpffs and cgroup mounts go before anything below dir is
+	// removed, the node cgroups once their pods are gone (nodemounts.go).
+	if err := errors.Join(unmountUnder(dir), removeNodeCgroups(name)); err != nil {
 		return err
 	}
 	ents, _ := os.ReadDir(dir)

@@ -33,9 +33,10 @@ func findPortmap() (string, error) {
 
 // nodeRootDirs are the node's own copies of the host paths the
 // DaemonSet's hostPath volumes and the CNI plugins use (see doc.go).
-var nodeRootDirs = []string{"etc/cni/net.d", "opt/cni/bin", "run/flannel", "var/lib/cni/networks", "var/lib/cni/cache", "sys/fs/bpf", "pods"}
+var nodeRootDirs = []string{"etc/cni/net.d", "opt/cni/bin", "run/flannel", "var/lib/cni/networks", "var/lib/cni/cache", "pods"}
 
-// writeFiles lays out each node's root directory. /lib/modules is the
+// writeFiles lays out each node's root directory, its sys/fs/cgroup and
+// sys/fs/bpf mounts too (mountNode). /lib/modules is the
 // machine's (read-only in the pods, as on a real host); the iptables lock
 // is the node's own, shared by its proxy and its portmap plugin, since
 // each node is a network namespace of its own.
@@ -62,6 +63,9 @@ func (c *Cluster) writeFiles() error {
 			return err
 		}
 		if err := os.WriteFile(filepath.Join(nd, "run/xtables.lock"), nil, 0o600); err != nil {
+			return err
+		}
+		if err := c.mountNode(i); err != nil {
 			return err
 		}
 	}
@@ -113,6 +117,8 @@ func (c *Cluster) components() []*component {
 	for i := 1; i <= c.cfg.Nodes; i++ {
 		nd, node := c.nodeDir(i), NodeName(i)
 		ns := netnsutil.Path(NodeNetns(name, i))
+		// Validate found the cgroup v2 mount, so this cannot fail here.
+		cg, _ := NodeCgroup(name, i)
 		comps = append(comps, &component{name: node + "/agent", netns: ns, args: []string{"agent",
 			"--kubeconfig", c.NodeKubeconfig(i), "--node-name", node, "--node-ip", nodeIP(i),
 			"--zone", "zone-" + string(rune('a'+(i-1)%3)),
@@ -120,7 +126,7 @@ func (c *Cluster) components() []*component {
 			"--cni-conf-dir", filepath.Join(nd, "etc/cni/net.d"),
 			"--cni-bin-dir", filepath.Join(nd, "opt/cni/bin"), "--cni-bin-dir", c.cfg.portmapDir,
 			"--cni-cache-dir", filepath.Join(nd, "var/lib/cni/cache"), "--state-dir", filepath.Join(nd, "pods"),
-			"--netns-prefix", PodNetnsPrefix(name)}})
+			"--netns-prefix", PodNetnsPrefix(name), "--pod-cgroup", cg}})
 	}
 	for _, comp := range comps {
 		comp.log = logPath(d, strings.ReplaceAll(comp.name, "/", "-"))

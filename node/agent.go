@@ -25,6 +25,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/nodenet/nodenet/apiserver/pki"
+	"github.com/nodenet/nodenet/internal/cgroup2"
 )
 
 // Options configure an Agent.
@@ -46,6 +47,13 @@ type Options struct {
 	// on a real host; the local cluster's nodes, which share one
 	// filesystem, each have a directory of their own.
 	HostRoot string
+	// PodCgroup, when set, is the cgroup v2 directory every process of
+	// every pod (containers and exec probes, host-network pods too)
+	// starts in; New creates it. The local cluster gives each node one,
+	// since its nodes share a kernel and its ebpf proxies attach their
+	// socket programs to their own node's. Empty: the agent's own cgroup,
+	// as on a real node, where the node's is the hierarchy's root.
+	PodCgroup string
 	// APIServer (host:port) is the KUBERNETES_SERVICE_HOST/PORT containers
 	// get; empty: the kubernetes Service's ClusterIP, as with the kubelet.
 	APIServer string
@@ -95,6 +103,11 @@ func New(o Options) (*Agent, error) {
 	}
 	if err := os.MkdirAll(o.StateDir, 0o755); err != nil {
 		return nil, err
+	}
+	if o.PodCgroup != "" {
+		if err := cgroup2.Ensure(o.PodCgroup); err != nil {
+			return nil, fmt.Errorf("agent: pod cgroup: %w", err)
+		}
 	}
 	return &Agent{o: o, log: o.Logger, pods: map[types.UID]*podWorker{},
 		cni: &cniRuntime{confDir: o.CNIConfDir, binDirs: o.CNIBinDirs, cacheDir: o.CNICacheDir, exec: newNodeViewExec(o.Self, o.HostRoot)}}, nil

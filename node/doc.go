@@ -8,6 +8,11 @@
 // (CNI_ARGS K8S_POD_NAMESPACE/K8S_POD_NAME/K8S_POD_INFRA_CONTAINER_ID/
 // K8S_POD_UID, the portMappings capability), and starts the containers.
 //
+// With Options.PodCgroup (--pod-cgroup; the local cluster's node cgroup)
+// every pod process, containers and exec probes, starts in that cgroup
+// (clone3 into it, so no socket is ever opened outside it); without it
+// they stay in the agent's, as on a real node.
+//
 // A hostNetwork pod gets no namespace and no CNI call: its containers run
 // in the agent's own network namespace (the node's) and its podIP is the
 // node's IP; everything else is as for other pods.

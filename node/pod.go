@@ -696,8 +696,22 @@ func fileExists(p string) bool {
 }
 
 // startIn starts cmd in the pod's network namespace, or the agent's own
-// for a hostNetwork pod.
+// for a hostNetwork pod, and in Options.PodCgroup when set.
 func (w *podWorker) startIn(cmd *exec.Cmd) error {
+	if w.a.o.PodCgroup != "" {
+		// Born in the cgroup (clone3 CLONE_INTO_CGROUP), not moved there
+		// after the start: a socket the process opens at once is already
+		// under the node's socket programs.
+		cg, err := os.Open(w.a.o.PodCgroup)
+		if err != nil {
+			return fmt.Errorf("open pod cgroup: %w", err)
+		}
+		defer cg.Close()
+		if cmd.SysProcAttr == nil {
+			cmd.SysProcAttr = &syscall.SysProcAttr{}
+		}
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cg.Fd())
+	}
 	if w.sb.HostNetwork {
 		return cmd.Start()
 	}

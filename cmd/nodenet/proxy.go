@@ -10,10 +10,16 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/vishvananda/netlink"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodenet/nodenet/internal/cgroup2"
 	"github.com/nodenet/nodenet/internal/cidrlist"
@@ -56,7 +62,7 @@ func runProxy(ctx context.Context, args []string) error {
 	fs.DurationVar(&ipvsCfg.Timeouts.UDP, "ipvs-udp-timeout", 0, "ipvs mode: timeout of IPVS UDP flows (0 = leave the kernel's)")
 	fs.StringVar(&eb.pinRoot, "bpf-pin-dir", ebpf.DefaultPinRoot, "ebpf mode: directory on a bpf filesystem for the pinned maps and links (ipv4/, ipv6/ below it)")
 	fs.StringVar(&eb.cgroup, "cgroup-path", "", "ebpf mode: cgroup v2 directory whose processes' sockets are load-balanced (default: the cgroup v2 root, every process of the host)")
-	fs.Var(&eb.tcInterfaces, "bpf-tc-interfaces", "ebpf mode: the node's external interfaces (comma-separated), where a TCX program translates NodePort, externalIP, LoadBalancer and ClusterIP traffic arriving from other hosts (default: none: only traffic from this host's sockets is load-balanced)")
+	fs.Var(&eb.tcInterfaces, "bpf-tc-interfaces", "ebpf mode: the node's external interfaces (comma-separated), where a TCX program translates NodePort, externalIP, LoadBalancer and ClusterIP traffic arriving from other hosts; \"auto\": those holding the node's addresses (its Node's InternalIP and ExternalIP, and the local addresses in --nodeport-addresses' CIDRs), chosen at start (default: none: only traffic from this host's sockets is load-balanced)")
 	fs.BoolVar(&dump, "dump", false, "ebpf mode: print the pinned service and backend tables and exit")
 	logs.register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -81,7 +87,7 @@ func runProxy(ctx context.Context, args []string) error {
 	if cleanup {
 		return modes.CleanupAll(ctx, "", []proxy.Family{proxy.IPv4, proxy.IPv6}, log)
 	}
-	if err := errors.Join(modes.Check(o.Mode), o.Validate(), ipvsCfg.Validate()); err != nil {
+	if err := errors.Join(modes.Check(o.Mode), o.Validate(), ipvsCfg.Validate(), eb.validate()); err != nil {
 		return err
 	}
 	if o.Mode == "ebpf" {
@@ -97,6 +103,13 @@ func runProxy(ctx context.Context, args []string) error {
 	client, err := nodeClient(kubeconfig)
 	if err != nil {
 		return err
+	}
+	if o.Mode == "ebpf" && eb.tcAuto() {
+		if eb.tcInterfaces, err = autoTCInterfaces(ctx, client, o.Core.NodeName, o.Core.NodePortAddresses); err != nil {
+			return fmt.Errorf("--bpf-tc-interfaces=%s: %w", ebpf.AutoInterfaces, err)
+		}
+		log.Info("tc interfaces chosen for the node's addresses", "interfaces", eb.tcInterfaces)
+		modes = proxyModes(log, eb, ipvsCfg)
 	}
 	return app.Run(ctx, o, modes, client)
 }
@@ -179,6 +192,69 @@ type ebpfFlags struct {
 	pinRoot, cgroup string
 	// tcInterfaces get the tc path (proxy/ebpf's Config.Interfaces).
 	tcInterfaces stringList
+}
+
+// tcAuto reports --bpf-tc-interfaces=auto.
+func (eb ebpfFlags) tcAuto() bool { return slices.Contains(eb.tcInterfaces, ebpf.AutoInterfaces) }
+
+func (eb ebpfFlags) validate() error {
+	if eb.tcAuto() && len(eb.tcInterfaces) > 1 {
+		return fmt.Errorf("--bpf-tc-interfaces %s: %q chooses every interface, name none beside it", eb.tcInterfaces.String(), ebpf.AutoInterfaces)
+	}
+	return nil
+}
+
+// autoTCInterfaces chooses the tc interfaces of --bpf-tc-interfaces=auto:
+// the links holding the node's addresses. The Node is listed by name (the
+// proxy's role may list and watch nodes, as kube-proxy's, not get them)
+// and waited for 20s: the proxy may start before its agent registered it,
+// and its liveness probe is not served until the data plane runs.
+func autoTCInterfaces(ctx context.Context, client kubernetes.Interface, nodeName string, npa proxy.NodePortAddresses) ([]string, error) {
+	var node *corev1.Node
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 20*time.Second, true, func(ctx context.Context) (bool, error) {
+		l, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", nodeName).String()})
+		switch {
+		case err != nil:
+			last = err
+		case len(l.Items) == 0:
+			last = errors.New("no such Node yet")
+		default:
+			node = &l.Items[0]
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read Node %s for its addresses: %w", nodeName, errors.Join(err, last))
+	}
+	local, err := localAddrs()
+	if err != nil {
+		return nil, err
+	}
+	return ebpf.NodeInterfaces(tcNodeAddrs(node, npa, local))
+}
+
+// tcNodeAddrs are the addresses whose interfaces get the tc path: the
+// Node's InternalIP and ExternalIP addresses, and the local addresses in
+// --nodeport-addresses' CIDRs (where NodePorts are served).
+func tcNodeAddrs(node *corev1.Node, npa proxy.NodePortAddresses, local []netip.Addr) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range node.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
+			continue
+		}
+		if ip, err := netip.ParseAddr(a.Address); err == nil {
+			out = append(out, ip.Unmap())
+		}
+	}
+	for _, a := range local {
+		if slices.ContainsFunc(npa.CIDRs, func(p netip.Prefix) bool { return p.Contains(a) }) {
+			out = append(out, a)
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
 }
 
 func (eb ebpfFlags) root() string { return cmp.Or(eb.pinRoot, ebpf.DefaultPinRoot) }

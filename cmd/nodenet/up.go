@@ -84,12 +84,6 @@ func parseUp(args []string) (upOptions, error) {
 			}
 		}
 	}
-	// The nodes share one kernel: an ebpf proxy must attach to its own
-	// node's cgroup holding that node's pods, which the agents do not
-	// create yet. Refused here rather than crash-looping every proxy.
-	if cfg.ProxyMode == "ebpf" {
-		errs = append(errs, errors.New("--proxy-mode=ebpf: the local cluster's per-node cgroups (one per node's pods, for its proxy to attach to) are not built yet; use iptables or nftables"))
-	}
 	objs, err := daemonObjects(cfg.Backend, cfg.ProxyMode)
 	if err != nil {
 		errs = append(errs, err)
@@ -298,6 +292,7 @@ func runAgent(ctx context.Context, args []string) error {
 	fs.StringVar(&o.StateDir, "state-dir", "/var/lib/nodenet/agent", "per-pod state and container logs")
 	fs.StringVar(&o.CNIPlugin, "nodenet-cni", "", "the nodenet-cni binary a container command "+daemonset.NodenetCNIPath+" runs (default: nodenet-cni next to this binary)")
 	fs.StringVar(&o.HostRoot, "host-root", "/", "directory hostPath volumes are under (the local cluster gives each node one)")
+	fs.StringVar(&o.PodCgroup, "pod-cgroup", "", "cgroup v2 directory every pod process starts in, created if missing (the local cluster's per-node cgroup; default: the agent's own cgroup)")
 	fs.StringVar(&o.APIServer, "pod-api-server", "", "HOST:PORT pods get as KUBERNETES_SERVICE_HOST/PORT (default: the kubernetes Service's)")
 	fs.StringVar(&o.NetnsPrefix, "netns-prefix", "nn-pod-", "prefix of pod network namespace names")
 	fs.DurationVar(&o.Heartbeat, "node-status-update-frequency", 10*time.Second, "how often the lease and node status are renewed")

@@ -26,7 +26,6 @@ func TestParseUpRefusesBadOptions(t *testing.T) {
 		args []string
 		want []string // substrings of the error
 	}{
-		{[]string{"--proxy-mode", "ebpf"}, []string{"--proxy-mode=ebpf", "per-node cgroups"}},
 		{[]string{"--proxy-mode", "userspace"}, []string{`"userspace": unknown mode`, "iptables", "none"}},
 		{[]string{"--backend", "udp"}, []string{`--backend "udp": want one of host-gw, vxlan`}},
 		{[]string{"--nodes", "0"}, []string{"--nodes 0: want 1 to 200"}},
@@ -47,7 +46,7 @@ func TestParseUpRefusesBadOptions(t *testing.T) {
 		{[]string{"3"}, []string{"unexpected arguments [3]"}},
 		{[]string{"--cni-plugin", file}, []string{"is not an executable file"}},
 		// Every problem at once, not one per attempt.
-		{[]string{"--backend", "udp", "--proxy-mode", "ebpf", "--nodes", "0"}, []string{"--backend", "--proxy-mode", "--nodes"}},
+		{[]string{"--backend", "udp", "--proxy-mode", "userspace", "--nodes", "0"}, []string{"--backend", "--proxy-mode", "--nodes"}},
 	}
 	// The nodes share this kernel: without IPVS the ipvs mode is refused
 	// up front, saying what is missing.

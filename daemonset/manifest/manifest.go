@@ -358,7 +358,11 @@ func daemonSet(o Options, labels map[string]string) *appsv1.DaemonSet {
 								// sockets it translates: the host's, through
 								// the hostPath mounts below (a container's own
 								// /sys/fs/cgroup is its cgroup namespace's).
-								"--bpf-pin-dir=" + BPFPinDir, "--cgroup-path=" + CgroupPath},
+								"--bpf-pin-dir=" + BPFPinDir, "--cgroup-path=" + CgroupPath,
+								// Its tc path on whichever interfaces hold
+								// the node's addresses: one manifest for
+								// nodes whose NICs are named differently.
+								"--bpf-tc-interfaces=auto"},
 							Env: append(append([]corev1.EnvVar(nil), env...), fromConfig("PROXY_MODE", KeyProxyMode),
 								fromConfig("CLUSTER_CIDR", KeyClusterCIDR), fromConfig("NODEPORT_ADDRESSES", KeyNodePortAddresses)),
 							Resources:       requests("100m", "50Mi"),

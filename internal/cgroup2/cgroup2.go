@@ -44,7 +44,7 @@ func mountFrom(r io.Reader) (string, error) {
 		}
 		isRoot := pf[3] == "/"
 		if best == "" || isRoot && !bestIsRoot {
-			best, bestIsRoot = unescape(pf[4]), isRoot
+			best, bestIsRoot = UnescapeMountinfo(pf[4]), isRoot
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -56,8 +56,9 @@ func mountFrom(r io.Reader) (string, error) {
 	return best, nil
 }
 
-// unescape undoes mountinfo's octal escapes (\040 for a space).
-func unescape(s string) string {
+// UnescapeMountinfo undoes mountinfo's octal escapes (\040 for a space)
+// in a mount point or root field.
+func UnescapeMountinfo(s string) string {
 	if !strings.Contains(s, `\`) {
 		return s
 	}

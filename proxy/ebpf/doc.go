@@ -201,12 +201,30 @@
 // extension headers before TCP/UDP, IPv4 options on a refused packet (it
 // is dropped instead), SCTP.
 //
-// # Not yet (next milestones of issue 14)
+// # Choosing the tc interfaces (tcauto.go)
 //
-// IPv4-mapped IPv6 destinations on IPv6 sockets; the tc path's
-// interfaces are chosen by flag (`--bpf-tc-interfaces`), not found from
-// the node's addresses; and the local cluster's per-node cgroups (each
-// node's agent putting its pods in <cgroup2>/nodenet.slice/<cluster>-<node>,
-// the node's proxy attaching there and its tc path on the node's link);
-// until then `nodenet up --proxy-mode ebpf` is refused.
+// --bpf-tc-interfaces=auto (AutoInterfaces, what the DaemonSet manifest
+// passes) lets one manifest serve nodes whose NICs are named differently:
+// at start, `nodenet proxy` reads its Node and NodeInterfaces picks the
+// links of its namespace holding the Node's InternalIP/ExternalIP or a
+// local address in --nodeport-addresses' CIDRs (SelectInterfaces), never
+// the loopback, the CNI bridge (cni0), flannel's devices or pod veths
+// (veth*). The interface is found by what it holds, not by its kind: the
+// local cluster's node link is a veth called eth0. The choice is made
+// once; a link that gets a node address later is not translated until
+// the proxy restarts. No link matching is an error at start.
+//
+// # The local cluster
+//
+// Its nodes share one kernel. Each node's agent starts its pods in the
+// node's cgroup (<cgroup2>/nodenet.slice/<cluster>-<node>), which `up`
+// binds on the node root's sys/fs/cgroup, and the node root's sys/fs/bpf
+// is a bpffs of its own: through the manifest's hostPaths each node's
+// proxy attaches to its own node's pods and pins in its own tree. A bind
+// mount of a child cgroup is a child for checkCgroup (its cgroup.type
+// exists), so it needs no RootCgroupOK.
+//
+// # Not yet
+//
+// IPv4-mapped IPv6 destinations on IPv6 sockets.
 package ebpf
