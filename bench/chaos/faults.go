@@ -92,6 +92,16 @@ func killFault(name, sub string, class targetClass, netns func(e *env) string, h
 func node1(e *env) string { return e.nodeNetns(1) }
 func vpc(e *env) string   { return e.vpcNetns() }
 
+// nodeGrace is the cluster's node monitor grace period (`nodenet up
+// --node-monitor-grace-period`) and linkCut how long the link-down fault
+// cuts a node off: longer than the grace, so that the node goes NotReady
+// and its endpoints leave the Service while it is away (the heartbeat
+// seen last may be up to one 10 s renewal old when the cut starts).
+const (
+	nodeGrace = 20 * time.Second
+	linkCut   = 40 * time.Second
+)
+
 // Faults in the order the suite runs them; short selects the CI subset.
 func faults(short bool, churnRate int) []Fault {
 	proxyHealthy := func(_ context.Context, e *env) bool {
@@ -116,14 +126,15 @@ func faults(short bool, churnRate int) []Fault {
 		{Name: "VXLAN FDB entry of node-2 deleted (node-1)", Inject: deleteFDB, Applies: func(e *env) bool { return e.backend == "vxlan" }},
 		{Name: "IPAM store full (tmpfs) during pod creation (node-3)", Inject: diskFull},
 		{Name: "API server frozen 10 s, then killed (restart with an empty watch cache)", Class: classDaemonKill, Inject: apiserverGap(10*time.Second, 15*time.Second)},
-		{Name: "node-1 cut off from the node network for 30 s (vpc link down)", Inject: linkDown(30 * time.Second)},
+		{Name: fmt.Sprintf("node-3 cut off from the node network for %s (vpc link down; grace period %s)", linkCut, nodeGrace), Inject: linkDown(linkCut)},
+		{Name: "node-3 restarted (`nodenet node restart`: every process killed, namespaces removed, back with the same name)", Inject: nodeRestart},
 		// Last: on a small machine the churn's pods take a while to go,
 		// and the faults after it would measure that.
 		{Name: fmt.Sprintf("endpoint churn: %d endpoints/s replaced", churnRate), Inject: churn(churnRate)},
 	}
 	if short {
 		// CI: one daemon of each kind on the node, one hand repair, short churn.
-		return []Fault{all[0], all[1], all[2], all[6], all[8], all[11]}
+		return []Fault{all[0], all[1], all[2], all[6], all[8], all[12]}
 	}
 	return all
 }
