@@ -737,9 +737,15 @@ func randomID() string {
 	return hex.EncodeToString(b)
 }
 
-// post writes the status when it changed.
+// post writes the status when it changed, or when the API's copy (pod,
+// the latest the informer delivered) disagrees with what was posted on
+// the phase or readiness: someone else wrote it, as the node lifecycle
+// controller does when it sets the pods of a node that went silent not
+// ready. Like the kubelet's status manager, the agent then writes its
+// own view back; without that, pods of a node that was cut off stayed
+// out of their Services after the node returned.
 func (w *podWorker) post(ctx context.Context, pod *corev1.Pod, st corev1.PodStatus) {
-	if reflect.DeepEqual(st, w.posted) {
+	if reflect.DeepEqual(st, w.posted) && !readinessDiffers(pod.Status, st) {
 		return
 	}
 	fresh, err := w.a.o.Client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
@@ -752,4 +758,28 @@ func (w *podWorker) post(ctx context.Context, pod *corev1.Pod, st corev1.PodStat
 		return
 	}
 	w.posted = st
+}
+
+// readinessDiffers is whether two statuses disagree on the phase or on
+// the Ready or ContainersReady condition's status (not their times, which
+// the API stores at a coarser precision).
+func readinessDiffers(a, b corev1.PodStatus) bool {
+	if a.Phase != b.Phase {
+		return true
+	}
+	for _, t := range []corev1.PodConditionType{corev1.PodReady, corev1.ContainersReady} {
+		if conditionStatus(a, t) != conditionStatus(b, t) {
+			return true
+		}
+	}
+	return false
+}
+
+func conditionStatus(s corev1.PodStatus, t corev1.PodConditionType) corev1.ConditionStatus {
+	for _, c := range s.Conditions {
+		if c.Type == t {
+			return c.Status
+		}
+	}
+	return ""
 }

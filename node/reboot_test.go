@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodenet/nodenet/internal/netnsutil"
 	"github.com/nodenet/nodenet/internal/testapi"
@@ -50,15 +51,19 @@ func TestRebootedNodeReleasesTheOldSandboxIP(t *testing.T) {
 	}
 	n.startAgent(t)
 
-	var after *corev1.Pod
-	testapi.Eventually(t, 60*time.Second, "the pod running in a new sandbox", func() bool {
-		after = n.waitPod(t, "web", "running", running)
-		return after.Annotations[NetnsAnnotation] != "" && netnsExists(after.Annotations[NetnsAnnotation]) && after.Status.PodIP != ""
+	// The new sandbox is recorded under a new container ID; the pod then
+	// reports its IP.
+	var rec sandboxState
+	testapi.Eventually(t, 60*time.Second, "a new sandbox recorded", func() bool {
+		b, err := os.ReadFile(filepath.Join(n.stateDir, string(before.UID)+".json"))
+		return err == nil && json.Unmarshal(b, &rec) == nil && rec.ContainerID != s.ContainerID && len(rec.IPs) == 1 && netnsExists(rec.Netns)
 	})
-	testapi.Eventually(t, 30*time.Second, "the store holding only the pod's current IP", func() bool {
-		after = n.waitPod(t, "web", "running", running)
+	n.waitPod(t, "web", "running with the new sandbox's IP "+rec.IPs[0], func(p *corev1.Pod) bool {
+		return running(p) && p.Status.PodIP == rec.IPs[0]
+	})
+	testapi.Eventually(t, 30*time.Second, "the store holding only the new sandbox's IP "+rec.IPs[0], func() bool {
 		got := reservations(t, store)
-		return len(got) == 1 && got[0] == after.Status.PodIP
+		return len(got) == 1 && got[0] == rec.IPs[0]
 	})
 }
 
@@ -79,4 +84,29 @@ func reservations(t *testing.T, dir string) []string {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// The node lifecycle controller sets the pods of a node that went silent
+// not ready; when the node is back, the agent writes its own view again
+// (as the kubelet's status manager reconciles), so the pods return to
+// their Services. The agent had only compared with what it posted last,
+// so such pods stayed not ready for good.
+func TestPodReadinessWrittenBackAfterAnotherWriter(t *testing.T) {
+	n := startNode(t)
+	ctx := testapi.Context(t)
+	n.runPod(t, "web", []string{"sleep", "3600"}, corev1.RestartPolicyAlways)
+	ready := func(p *corev1.Pod) bool {
+		return p.Status.Phase == corev1.PodRunning && conditionStatus(p.Status, corev1.PodReady) == corev1.ConditionTrue
+	}
+	p := n.waitPod(t, "web", "Ready", ready)
+	// What controllers/nodelifecycle does to a silent node's pods.
+	for k, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady || c.Type == corev1.ContainersReady {
+			p.Status.Conditions[k].Status, p.Status.Conditions[k].Reason = corev1.ConditionFalse, "NodeNotReady"
+		}
+	}
+	if _, err := n.client.CoreV1().Pods("default").UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n.waitPod(t, "web", "Ready again, written back by the agent", ready)
 }

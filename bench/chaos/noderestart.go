@@ -38,7 +38,7 @@ func nodeRestart(ctx context.Context, e *env) (Outcome, error) {
 	i := len(e.nodes)
 	n := e.nodes[i-1]
 	stable := len(e.nodes) * echoPerNode
-	oldIPs, err := podIPsOn(ctx, e, n.Name)
+	oldIPs, err := podIPsOn(ctx, e, n.Name, false)
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -80,7 +80,7 @@ func nodeRestart(ctx context.Context, e *env) (Outcome, error) {
 		if !isReady(ctx, e, n.Name) {
 			return false
 		}
-		ips, err := podIPsOn(ctx, e, n.Name)
+		ips, err := podIPsOn(ctx, e, n.Name, true)
 		if err != nil || len(ips) != len(oldIPs) {
 			return false
 		}
@@ -92,7 +92,7 @@ func nodeRestart(ctx context.Context, e *env) (Outcome, error) {
 	if o.Green.IsZero() {
 		return o, fmt.Errorf("%s not back (Ready, its pods Ready, the Service at %d endpoints) within %s", n.Name, stable, 2*e.timeout)
 	}
-	newIPs, err := podIPsOn(ctx, e, n.Name)
+	newIPs, err := podIPsOn(ctx, e, n.Name, true)
 	if err != nil {
 		return o, err
 	}
@@ -131,15 +131,23 @@ func nodeRestart(ctx context.Context, e *env) (Outcome, error) {
 	return o, nil
 }
 
-// podIPsOn are the IPs of the Running and Ready echo pods on node.
-func podIPsOn(ctx context.Context, e *env, node string) (map[string]bool, error) {
+// podIPsOn are the IPs of the echo pods on node; with ready, only of
+// those Running and Ready.
+func podIPsOn(ctx context.Context, e *env, node string, ready bool) (map[string]bool, error) {
 	pods, err := e.cs.CoreV1().Pods(workloadNS).List(ctx, metav1.ListOptions{LabelSelector: "app=echo", FieldSelector: "spec.nodeName=" + node})
 	if err != nil {
 		return nil, err
 	}
 	ips := map[string]bool{}
 	for _, p := range pods.Items {
-		if p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" || p.DeletionTimestamp != nil {
+		if p.Status.PodIP == "" || p.DeletionTimestamp != nil {
+			continue
+		}
+		if !ready {
+			ips[p.Status.PodIP] = true
+			continue
+		}
+		if p.Status.Phase != corev1.PodRunning {
 			continue
 		}
 		for _, c := range p.Status.Conditions {
