@@ -34,7 +34,7 @@
 // LISTs and WATCHes the new process serves in its first 15 s; node-3's
 // veth on the vpc bridge down for 40 s, longer than the cluster's node
 // monitor grace period (the suite runs `up --node-monitor-grace-period
-// 20s`), so node-3 goes NotReady and its endpoints leave the Service
+// 25s`), so node-3 goes NotReady and its endpoints leave the Service
 // (the note: when each happened, when node and endpoints were back);
 // node-3 restarted (noderestart.go, through cluster.RestartNodeVia, the
 // path of `nodenet node restart`: every process of the node and its pods

@@ -95,10 +95,12 @@ func vpc(e *env) string   { return e.vpcNetns() }
 // nodeGrace is the cluster's node monitor grace period (`nodenet up
 // --node-monitor-grace-period`) and linkCut how long the link-down fault
 // cuts a node off: longer than the grace, so that the node goes NotReady
-// and its endpoints leave the Service while it is away (the heartbeat
-// seen last may be up to one 10 s renewal old when the cut starts).
+// and its endpoints leave the Service while it is away (the controller
+// measures from the last renewal it saw, up to one 10 s renewal before
+// the cut). The grace stays well above the API server fault's 10 s
+// freeze, during which no node can renew its lease.
 const (
-	nodeGrace = 20 * time.Second
+	nodeGrace = 25 * time.Second
 	linkCut   = 40 * time.Second
 )
 
