@@ -38,7 +38,7 @@ func nodeRestart(ctx context.Context, e *env) (Outcome, error) {
 	i := len(e.nodes)
 	n := e.nodes[i-1]
 	stable := len(e.nodes) * echoPerNode
-	oldIPs, err := podIPsOn(ctx, e, n.Name, false)
+	oldIPs, err := podIPsOn(ctx, e, n.Name, false, time.Time{})
 	if err != nil {
 		return Outcome{}, err
 	}
@@ -76,23 +76,40 @@ func nodeRestart(ctx context.Context, e *env) (Outcome, error) {
 		return o, err
 	}
 	o.Restored = time.Now()
+	// Right after the restart the API still shows the old statuses (Ready,
+	// the old IPs): green needs each pod's containers started again since
+	// the restart, its IP reserved in the node's store, and the Service's
+	// ready endpoints at the stable count with those IPs among them.
 	o.Green = waitFor(ctx, 2*e.timeout, func() bool {
 		if !isReady(ctx, e, n.Name) {
 			return false
 		}
-		ips, err := podIPsOn(ctx, e, n.Name, true)
+		ips, err := podIPsOn(ctx, e, n.Name, true, o.Start)
 		if err != nil || len(ips) != len(oldIPs) {
 			return false
 		}
-		k, err := readyEndpoints(ctx, e.cs)
-		return err == nil && k == stable
+		for ip := range ips {
+			if !reserved(e.dir, n.Name, ip) {
+				return false
+			}
+		}
+		addrs, err := readyAddresses(ctx, e)
+		if err != nil || len(addrs) != stable {
+			return false
+		}
+		for ip := range ips {
+			if !addrs[ip] {
+				return false
+			}
+		}
+		return true
 	})
 	stopSampling()
 	wg.Wait()
 	if o.Green.IsZero() {
 		return o, fmt.Errorf("%s not back (Ready, its pods Ready, the Service at %d endpoints) within %s", n.Name, stable, 2*e.timeout)
 	}
-	newIPs, err := podIPsOn(ctx, e, n.Name, true)
+	newIPs, err := podIPsOn(ctx, e, n.Name, true, o.Start)
 	if err != nil {
 		return o, err
 	}
@@ -132,8 +149,9 @@ func nodeRestart(ctx context.Context, e *env) (Outcome, error) {
 }
 
 // podIPsOn are the IPs of the echo pods on node; with ready, only of
-// those Running and Ready.
-func podIPsOn(ctx context.Context, e *env, node string, ready bool) (map[string]bool, error) {
+// those Running and Ready whose containers all started at or after since
+// (the API keeps start times to the second).
+func podIPsOn(ctx context.Context, e *env, node string, ready bool, since time.Time) (map[string]bool, error) {
 	pods, err := e.cs.CoreV1().Pods(workloadNS).List(ctx, metav1.ListOptions{LabelSelector: "app=echo", FieldSelector: "spec.nodeName=" + node})
 	if err != nil {
 		return nil, err
@@ -147,7 +165,7 @@ func podIPsOn(ctx context.Context, e *env, node string, ready bool) (map[string]
 			ips[p.Status.PodIP] = true
 			continue
 		}
-		if p.Status.Phase != corev1.PodRunning {
+		if p.Status.Phase != corev1.PodRunning || !startedSince(p, since.Truncate(time.Second)) {
 			continue
 		}
 		for _, c := range p.Status.Conditions {
@@ -243,4 +261,43 @@ func setString(m map[string]bool) string {
 	}
 	slices.Sort(s)
 	return strings.Join(s, ",")
+}
+
+// startedSince is whether every container of p runs and started at or
+// after t.
+func startedSince(p corev1.Pod, t time.Time) bool {
+	if len(p.Status.ContainerStatuses) == 0 {
+		return false
+	}
+	for _, c := range p.Status.ContainerStatuses {
+		if c.State.Running == nil || c.State.Running.StartedAt.Time.Before(t) {
+			return false
+		}
+	}
+	return true
+}
+
+// reserved is whether node's host-local store holds ip.
+func reserved(dir, node, ip string) bool {
+	_, err := os.Stat(filepath.Join(dir, "nodes", node, "var", "lib", "cni", "networks", "cbr0", ip))
+	return err == nil
+}
+
+// readyAddresses are the Service's ready endpoint addresses.
+func readyAddresses(ctx context.Context, e *env) (map[string]bool, error) {
+	sl, err := e.cs.DiscoveryV1().EndpointSlices(workloadNS).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=" + serviceName})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for _, s := range sl.Items {
+		for _, ep := range s.Endpoints {
+			if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
+				for _, a := range ep.Addresses {
+					out[a] = true
+				}
+			}
+		}
+	}
+	return out, nil
 }
