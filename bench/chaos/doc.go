@@ -47,7 +47,7 @@
 // endpoint churn (-churn-rate
 // pods/s, the 10 by default, each deleted 3 s after its creation,
 // behind the busy Service). The CI form runs the three node daemons'
-// kills, the route, the full store and 10 s of churn.
+// kills, the route, the full store, the node restart and 10 s of churn.
 // For each the suite records when the fault's cause ended (the daemon
 // runs again), when its checks went green (the daemon's health endpoint,
 // the kubelet port, the API server's /readyz, the rule or route or FDB

@@ -135,8 +135,9 @@ func faults(short bool, churnRate int) []Fault {
 		{Name: fmt.Sprintf("endpoint churn: %d endpoints/s replaced", churnRate), Inject: churn(churnRate)},
 	}
 	if short {
-		// CI: one daemon of each kind on the node, one hand repair, short churn.
-		return []Fault{all[0], all[1], all[2], all[6], all[8], all[12]}
+		// CI: one daemon of each kind on the node, one hand repair, the
+		// full store, a node restart (about 10 s), short churn.
+		return []Fault{all[0], all[1], all[2], all[6], all[8], all[11], all[12]}
 	}
 	return all
 }
