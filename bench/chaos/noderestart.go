@@ -106,6 +106,10 @@ func nodeRestart(ctx context.Context, e *env) (Outcome, error) {
 	})
 	stopSampling()
 	wg.Wait()
+	if backAt == 0 && minReady < stable && !o.Green.IsZero() {
+		// The sampler stopped before it saw the return green saw.
+		backAt = o.Green.Sub(o.Start)
+	}
 	if o.Green.IsZero() {
 		return o, fmt.Errorf("%s not back (Ready, its pods Ready, the Service at %d endpoints) within %s", n.Name, stable, 2*e.timeout)
 	}
