@@ -44,7 +44,10 @@ type Config struct {
 	APIPort   int    // root-namespace port of the API forwarder (0: any)
 	LBPool    string // CIDR LoadBalancer Service IPs come from
 	Replace   bool   // stop a live `up` of the same dir or name instead of refusing
-	Out       io.Writer
+	// NodeMonitorGracePeriod is the controller manager's: how long a node
+	// may miss its heartbeats before it is NotReady (0: upstream's 40 s).
+	NodeMonitorGracePeriod time.Duration
+	Out                    io.Writer
 	// Daemons are the node daemons' objects (daemonset/manifest's, one of
 	// them the DaemonSet), applied once the API server answers.
 	Daemons []runtime.Object
@@ -91,6 +94,7 @@ type Cluster struct {
 	wg             sync.WaitGroup
 	claim          *claim
 	ids            []identity // every component's token (credentials.go)
+	restartMu      sync.Mutex // one node restart at a time (restart.go)
 }
 
 func (c *Cluster) nodeDir(i int) string { return filepath.Join(c.cfg.Dir, "nodes", NodeName(i)) }
@@ -162,6 +166,9 @@ func Up(ctx context.Context, cfg Config) (_ *Cluster, err error) {
 	}()
 
 	c.comps = c.components()
+	if err := c.serveControl(fctx); err != nil {
+		fmt.Fprintf(cfg.Out, "  %v\n", err)
+	}
 	for _, comp := range c.comps {
 		c.wg.Add(1)
 		go func() { defer c.wg.Done(); comp.supervise(ctx, cfg.Binary, cfg.Out, 10*time.Second) }()
@@ -254,7 +261,7 @@ func (c *Cluster) buildNetwork() error {
 		return fmt.Errorf("bridge up: %w", err)
 	}
 	for i := 1; i <= c.cfg.Nodes; i++ {
-		if err := c.addNode(h, br, i); err != nil {
+		if err := c.addNode(h, br, i, nil); err != nil {
 			return err
 		}
 	}
@@ -274,8 +281,9 @@ func (c *Cluster) buildNetwork() error {
 
 // addNode creates the node namespace and a veth whose vpc end is enslaved
 // to the bridge; the veth is created inside the vpc namespace, so the root
-// namespace never sees it.
-func (c *Cluster) addNode(vpc *netlink.Handle, br netlink.Link, i int) error {
+// namespace never sees it. mac, if not nil, is eth0's address (a node
+// restarted keeps its own); else the kernel picks one.
+func (c *Cluster) addNode(vpc *netlink.Handle, br netlink.Link, i int, mac net.HardwareAddr) error {
 	name := NodeNetns(c.cfg.Name, i)
 	path, err := netnsutil.Create(name)
 	if err != nil {
@@ -286,7 +294,7 @@ func (c *Cluster) addNode(vpc *netlink.Handle, br netlink.Link, i int) error {
 		return err
 	}
 	defer ns.Close()
-	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "n" + strconv.Itoa(i), MasterIndex: br.Attrs().Index}, PeerName: "eth0", PeerNamespace: netlink.NsFd(ns.Fd())}
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: vethName(i), MasterIndex: br.Attrs().Index}, PeerName: "eth0", PeerHardwareAddr: mac, PeerNamespace: netlink.NsFd(ns.Fd())}
 	if err := vpc.LinkAdd(veth); err != nil {
 		return fmt.Errorf("create veth for %s: %w", name, err)
 	}

@@ -248,6 +248,7 @@ func TestUpPodsConnectDown(t *testing.T) {
 			t.Run("bad command fails the pod", func(t *testing.T) { badCommand(t, ctx, cs) })
 			t.Run("delete releases IP and netns", func(t *testing.T) { deletePod(t, ctx, cs, dir, pods[0]) })
 			t.Run("agent kill -9 keeps pods", func(t *testing.T) { killAgent(t, ctx, cs, dir, bin, name, pods[1:]) })
+			t.Run("node restart", func(t *testing.T) { restartNode(t, cs, dir, bin, name, pods[1:]) })
 		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/nodenet/nodenet/internal/cgroup2"
 )
@@ -36,6 +37,16 @@ const MaxNodes = 200
 // doc.go for how traffic to these addresses reaches a node.
 const DefaultLBPool = "172.30.0.224/28"
 
+// DefaultNodeMonitorGracePeriod is kube-controller-manager's default
+// --node-monitor-grace-period: how long a node may go without renewing
+// its lease before the controller manager marks it NotReady (Unknown).
+const DefaultNodeMonitorGracePeriod = 40 * time.Second
+
+// MinNodeMonitorGracePeriod is twice the agents' heartbeat (their lease is
+// renewed every 10 s): a shorter grace would mark healthy nodes NotReady
+// between two renewals.
+const MinNodeMonitorGracePeriod = 20 * time.Second
+
 // names become namespace names (nn-<name>-node-1) and appear in paths;
 // a DNS label keeps them safe in both and short enough to read.
 var nameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$`)
@@ -48,6 +59,9 @@ func (c *Config) Validate() error {
 	c.Backend = cmpOr(c.Backend, Backends[0])
 	c.ProxyMode = cmpOr(c.ProxyMode, "iptables")
 	c.LBPool = cmpOr(c.LBPool, DefaultLBPool)
+	if c.NodeMonitorGracePeriod == 0 {
+		c.NodeMonitorGracePeriod = DefaultNodeMonitorGracePeriod
+	}
 	if c.Out == nil {
 		c.Out = io.Discard
 	}
@@ -60,6 +74,9 @@ func (c *Config) Validate() error {
 	}
 	if !slices.Contains(Backends, c.Backend) {
 		errs = append(errs, fmt.Errorf("--backend %q: want one of %s", c.Backend, strings.Join(Backends, ", ")))
+	}
+	if c.NodeMonitorGracePeriod < MinNodeMonitorGracePeriod {
+		errs = append(errs, fmt.Errorf("--node-monitor-grace-period %s: want at least %s (twice the agents' 10 s heartbeat)", c.NodeMonitorGracePeriod, MinNodeMonitorGracePeriod))
 	}
 	if c.APIPort < 0 || c.APIPort > 65535 {
 		errs = append(errs, fmt.Errorf("--api-port %d: want 1-65535, or 0 for any free port", c.APIPort))

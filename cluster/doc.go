@@ -62,6 +62,18 @@
 // with `kubectl logs`. `up` waits for the DaemonSet as `kubectl rollout
 // status` would; pod readiness is the containers' readiness probes.
 //
+// `nodenet node restart NAME` restarts one node as a reboot would
+// (restart.go): the `up` owning the cluster, which supervises the node's
+// agent, takes the request on <dir>/up.sock (control.go, HTTP, mode 0600),
+// holds the agent's supervisor, kills every process of the node and its
+// pods, removes their namespaces and the node's /run (a tmpfs on a real
+// host), rebuilds the node namespace with the same address and eth0 MAC
+// and releases the agent, which finds its Node (same podCIDR) and its pod
+// records on disk and gives the pods new sandboxes.
+//
+// The controller manager's --node-monitor-grace-period is Config's
+// NodeMonitorGracePeriod (`up --node-monitor-grace-period`, default 40 s).
+//
 // Each node has a root directory, <dir>/nodes/<node>/ (the agent's
 // --host-root): the DaemonSet's hostPath volumes (/run/flannel,
 // /etc/cni/net.d, /opt/cni/bin, /run/xtables.lock, /lib/modules linked to

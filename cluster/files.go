@@ -105,6 +105,7 @@ func (c *Cluster) components() []*component {
 			"--service-cluster-ip-range", ServiceCIDR, "--token-auth-file", c.tokenFile()}},
 		{name: "controller-manager", netns: vpc, args: []string{"controller-manager",
 			"--kubeconfig", c.ControllerKube, "--cluster-cidr", ClusterCIDR, "--leader-elect=false", "--healthz-bind-address", "",
+			"--node-monitor-grace-period", c.cfg.NodeMonitorGracePeriod.String(),
 			// LoadBalancer IPs, and their routes in this (the vpc router's)
 			// main table: see doc.go.
 			"--lb-ip-pool", c.cfg.LBPool, "--configure-lb-routes"}},

@@ -26,6 +26,65 @@ type component struct {
 	pid      int
 	restarts int
 	state    string
+	// held is non-nil while the component must not be (re)started (its
+	// node is being restarted, restart.go); closed by release.
+	held chan struct{}
+}
+
+// hold keeps supervise from starting the process again once it exits (or
+// at all, if it is not running): whoever holds it kills and replaces what
+// the process runs in, then calls release.
+func (c *component) hold() {
+	c.mu.Lock()
+	if c.held == nil {
+		c.held = make(chan struct{})
+	}
+	c.mu.Unlock()
+}
+
+// release lets supervise start the process again, at once.
+func (c *component) release() {
+	c.mu.Lock()
+	if c.held != nil {
+		close(c.held)
+		c.held = nil
+	}
+	c.mu.Unlock()
+}
+
+// waitHeld blocks while the component is held; false when ctx ended.
+func (c *component) waitHeld(ctx context.Context) (wasHeld, ok bool) {
+	c.mu.Lock()
+	h := c.held
+	if h != nil {
+		c.state, c.pid = "held", 0
+	}
+	c.mu.Unlock()
+	if h == nil {
+		return false, true
+	}
+	select {
+	case <-ctx.Done():
+		return true, false
+	case <-h:
+		return true, true
+	}
+}
+
+// start starts cmd unless the component is held: under the lock hold
+// takes, so once hold returns no new process appears.
+func (c *component) start(cmd *exec.Cmd) (held bool, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.held != nil {
+		return true, nil
+	}
+	if err := netnsutil.Start(c.netns, cmd); err != nil {
+		c.state, c.pid = "failed", 0
+		return false, err
+	}
+	c.state, c.pid = "running", cmd.Process.Pid
+	return false, nil
 }
 
 func (c *component) status() string {
@@ -45,6 +104,11 @@ func (c *component) set(state string, pid int) {
 func (c *component) supervise(ctx context.Context, binary string, out io.Writer, grace time.Duration) {
 	backoff := 500 * time.Millisecond
 	for ctx.Err() == nil {
+		if wasHeld, ok := c.waitHeld(ctx); !ok {
+			return
+		} else if wasHeld {
+			backoff = 500 * time.Millisecond
+		}
 		f, err := os.OpenFile(c.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
 			fmt.Fprintf(out, "%s: %v\n", c.name, err)
@@ -53,13 +117,15 @@ func (c *component) supervise(ctx context.Context, binary string, out io.Writer,
 		cmd := exec.Command(binary, c.args...)
 		cmd.Stdout, cmd.Stderr = f, f
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		err = netnsutil.Start(c.netns, cmd)
+		held, err := c.start(cmd)
+		if held {
+			f.Close()
+			continue
+		}
 		if err != nil {
 			f.Close()
-			c.set("failed", 0)
 			fmt.Fprintf(out, "  [%s] start: %v\n", c.name, err)
 		} else {
-			c.set("running", cmd.Process.Pid)
 			started := time.Now()
 			done := make(chan error, 1)
 			go func() { done <- cmd.Wait() }()
@@ -81,7 +147,13 @@ func (c *component) supervise(ctx context.Context, binary string, out io.Writer,
 			c.mu.Lock()
 			c.restarts++
 			c.state, c.pid = "crashed", 0
+			held := c.held != nil
 			c.mu.Unlock()
+			if held {
+				// Killed by a node restart: started again on release.
+				fmt.Fprintf(out, "  [%s] exited (%v) for a node restart\n", c.name, err)
+				continue
+			}
 			fmt.Fprintf(out, "  [%s] exited (%v); restarting — see %s\n", c.name, err, c.log)
 			if time.Since(started) > 30*time.Second {
 				backoff = 500 * time.Millisecond

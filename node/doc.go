@@ -71,6 +71,15 @@
 //
 // Per-pod state (<state-dir>/<uid>.json) lets a restarted agent adopt the
 // pods still running; at start it calls CNI GC with the live attachments.
+// A record whose namespace is gone (the node rebooted) is not adopted: its
+// attachment is released with a CNI DEL before the pod's new sandbox is
+// added, so its IP does not leak.
+//
+// Pod status is written when it changes, and also when the API's copy
+// disagrees on the phase or readiness (someone else wrote it: the node
+// lifecycle controller sets a silent node's pods not ready), as the
+// kubelet's status manager reconciles; so a node that was cut off puts
+// its pods back into their Services once it can reach the API again.
 //
 // Containers run through `nodenet logshim`, which writes their output as
 // CRI log lines (<state-dir>/logs/<ns>_<pod>_<uid>/<container>/<run>.log,

@@ -365,6 +365,19 @@ func (w *podWorker) start(ctx context.Context, pod *corev1.Pod) error {
 	if old != nil && w.adopt(pod, old) {
 		return nil
 	}
+	if old != nil && !old.HostNetwork {
+		// A recorded sandbox whose namespace is gone (the node rebooted,
+		// or someone removed it): its IP is still reserved under its
+		// container ID, which no new sandbox reuses, so it is released
+		// first, as containerd removes a dead sandbox with a DEL. Until
+		// that succeeds the pod does not start, so nothing leaks.
+		if err := w.releaseStale(ctx, pod, old); err != nil {
+			w.a.mu.Lock()
+			w.a.adopt[pod.UID] = old
+			w.a.mu.Unlock()
+			return err
+		}
+	}
 	if pod.Spec.HostNetwork {
 		// The node's own namespace: no namespace of its own, no CNI.
 		sb := &sandboxState{UID: pod.UID, Namespace: pod.Namespace, Name: pod.Name, HostNetwork: true, ContainerID: randomID(),
@@ -411,12 +424,26 @@ func (w *podWorker) start(ctx context.Context, pod *corev1.Pod) error {
 	return nil
 }
 
+// releaseStale detaches a recorded sandbox that cannot be adopted: CNI
+// DEL with its container ID (the plugin frees the IP and the host side
+// even with the namespace gone) and the namespace's name if still there.
+// Its processes are not signalled: with the namespace gone they died with
+// it (a reboot), and their pids may belong to others by now.
+func (w *podWorker) releaseStale(ctx context.Context, pod *corev1.Pod, s *sandboxState) error {
+	if err := w.a.cni.del(ctx, pod, s.ContainerID, netnsutil.Path(s.Netns)); err != nil {
+		return fmt.Errorf("release the stale sandbox %s of pod %s/%s: %w", s.ContainerID, pod.Namespace, pod.Name, err)
+	}
+	_ = netnsutil.Delete(s.Netns)
+	w.a.log.Info("released stale sandbox", "pod", pod.Namespace+"/"+pod.Name, "netns", s.Netns, "ips", s.IPs)
+	return nil
+}
+
 func (w *podWorker) adopt(pod *corev1.Pod, s *sandboxState) bool {
 	if s.HostNetwork != pod.Spec.HostNetwork {
 		return false
 	}
 	if !s.HostNetwork {
-		if _, err := os.Stat(netnsutil.Path(s.Netns)); err != nil {
+		if !netnsExists(s.Netns) {
 			return false
 		}
 	}
@@ -724,9 +751,15 @@ func randomID() string {
 	return hex.EncodeToString(b)
 }
 
-// post writes the status when it changed.
+// post writes the status when it changed, or when the API's copy (pod,
+// the latest the informer delivered) disagrees with what was posted on
+// the phase or readiness: someone else wrote it, as the node lifecycle
+// controller does when it sets the pods of a node that went silent not
+// ready. Like the kubelet's status manager, the agent then writes its
+// own view back; without that, pods of a node that was cut off stayed
+// out of their Services after the node returned.
 func (w *podWorker) post(ctx context.Context, pod *corev1.Pod, st corev1.PodStatus) {
-	if reflect.DeepEqual(st, w.posted) {
+	if reflect.DeepEqual(st, w.posted) && !readinessDiffers(pod.Status, st) {
 		return
 	}
 	fresh, err := w.a.o.Client.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
@@ -739,4 +772,28 @@ func (w *podWorker) post(ctx context.Context, pod *corev1.Pod, st corev1.PodStat
 		return
 	}
 	w.posted = st
+}
+
+// readinessDiffers is whether two statuses disagree on the phase or on
+// the Ready or ContainersReady condition's status (not their times, which
+// the API stores at a coarser precision).
+func readinessDiffers(a, b corev1.PodStatus) bool {
+	if a.Phase != b.Phase {
+		return true
+	}
+	for _, t := range []corev1.PodConditionType{corev1.PodReady, corev1.ContainersReady} {
+		if conditionStatus(a, t) != conditionStatus(b, t) {
+			return true
+		}
+	}
+	return false
+}
+
+func conditionStatus(s corev1.PodStatus, t corev1.PodConditionType) corev1.ConditionStatus {
+	for _, c := range s.Conditions {
+		if c.Type == t {
+			return c.Status
+		}
+	}
+	return ""
 }

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -60,8 +61,12 @@ func (a *Agent) loadState() map[types.UID]*sandboxState {
 			out[s.UID] = &s
 		}
 	}
+	// The workers take records out of a.adopt as they adopt them, while
+	// cleanupOrphans reads what was recorded: each gets its own map (one
+	// map would be a concurrent read and write, and would hide from the
+	// clean-up the records already taken).
 	a.mu.Lock()
-	a.adopt = out
+	a.adopt = maps.Clone(out)
 	a.mu.Unlock()
 	return out
 }
@@ -89,7 +94,12 @@ func (a *Agent) cleanupOrphans(ctx context.Context, store cache.Store, recorded 
 	var keep []string
 	for uid, s := range recorded {
 		if live[uid] {
-			keep = append(keep, s.ContainerID)
+			// A live pod's recorded sandbox stays only while its namespace
+			// does: one gone with a reboot is not adopted (the pod gets a
+			// new sandbox), so its attachment is not valid any more.
+			if s.HostNetwork || netnsExists(s.Netns) {
+				keep = append(keep, s.ContainerID)
+			}
 			continue
 		}
 		a.log.Info("removing orphaned sandbox", "pod", s.Namespace+"/"+s.Name)
@@ -119,4 +129,9 @@ func (a *Agent) cleanupOrphans(ctx context.Context, store cache.Store, recorded 
 	} else {
 		a.log.Info("CNI GC done", "live", len(keep))
 	}
+}
+
+func netnsExists(name string) bool {
+	_, err := os.Stat(netnsutil.Path(name))
+	return err == nil
 }

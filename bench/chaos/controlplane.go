@@ -136,13 +136,20 @@ func parseSample(l string) (name string, labels map[string]string, value float64
 	return head, labels, v, true
 }
 
-// linkDown is issue 17's fault 4: node-1 cut off from the node network
-// (its veth on the vpc bridge down) for hold, then back. The note says
-// whether and when the node went NotReady and its endpoints left the
-// Service; green is the node Ready with every stable endpoint back.
+// linkDown is issue 17's fault 4: the last node (echo pods, no client:
+// every failure counted is the other nodes' clients failing over) cut off
+// from the node network (its veth on the vpc bridge down) for hold, then
+// back. The suite runs the cluster with a node monitor grace period
+// shorter than hold (nodeGrace), so the node goes NotReady, the node
+// lifecycle controller sets its pods not ready and the EndpointSlice
+// controller marks their endpoints not ready (they stay in the slices:
+// the pods are not deleted, as nothing evicts them), which takes them out
+// of every proxy's rules. The note says when each happened; green is the
+// node Ready with every stable endpoint back.
 func linkDown(hold time.Duration) func(ctx context.Context, e *env) (Outcome, error) {
 	return func(ctx context.Context, e *env) (Outcome, error) {
-		vpc, link, node := e.vpcNetns(), "n1", e.nodes[0].Name
+		i := len(e.nodes)
+		vpc, link, node := e.vpcNetns(), "n"+strconv.Itoa(i), e.nodes[i-1].Name
 		stable := len(e.nodes) * echoPerNode
 		o := Outcome{Start: time.Now()}
 		if _, err := run(ctx, "ip", "-n", vpc, "link", "set", link, "down"); err != nil {
@@ -162,11 +169,23 @@ func linkDown(hold time.Duration) func(ctx context.Context, e *env) (Outcome, er
 			return o, fmt.Errorf("bring %s back up: %w", link, err)
 		}
 		o.Restored = time.Now()
+		var readyAgain time.Duration
 		o.Green = waitFor(ctx, e.timeout, func() bool {
+			ready := isReady(ctx, e, node)
+			if ready && readyAgain == 0 {
+				readyAgain = time.Since(o.Restored)
+			}
 			n, err := readyEndpoints(ctx, e.cs)
-			return err == nil && n == stable && isReady(ctx, e, node)
+			return err == nil && n == stable && ready
 		})
-		o.Note = fmt.Sprintf("link down %s; %s; %s", hold, when("node-1 NotReady", notReady), when("its endpoints left the Service", left))
+		o.Note = fmt.Sprintf("%s's link down %s (grace period %s); %s; %s; after the link returned: Ready after %.1f s",
+			node, hold, nodeGrace, when(node+" NotReady", notReady), when("its endpoints not ready in the Service", left), readyAgain.Seconds())
+		if !o.Green.IsZero() {
+			o.Note += fmt.Sprintf(", every endpoint ready after %.1f s", o.Green.Sub(o.Restored).Seconds())
+		}
+		if notReady == 0 || left == 0 {
+			return o, fmt.Errorf("%s cut off for %s with a grace period of %s: %s; %s", node, hold, nodeGrace, when("NotReady", notReady), when("endpoints left", left))
+		}
 		return o, nil
 	}
 }

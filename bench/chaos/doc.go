@@ -31,19 +31,29 @@
 // while a pod starts (the CNI error, no reservation left behind, the
 // retry once space returns, the store unchanged after the pod came and
 // went); the API server frozen 10 s (SIGSTOP) and then killed, with the
-// LISTs and WATCHes the new process serves in its first 15 s; node-1's
-// veth on the vpc bridge down for 30 s; last, endpoint churn (-churn-rate
+// LISTs and WATCHes the new process serves in its first 15 s; node-3's
+// veth on the vpc bridge down for 40 s, longer than the cluster's node
+// monitor grace period (the suite runs `up --node-monitor-grace-period
+// 25s`), so node-3 goes NotReady and its endpoints leave the Service
+// (the note: when each happened, when node and endpoints were back);
+// node-3 restarted (noderestart.go, through cluster.RestartNodeVia, the
+// path of `nodenet node restart`: every process of the node and its pods
+// killed, their namespaces and the node's /run removed, the node back
+// with the same name; checked: the same podCIDR, its host-local store
+// holding exactly its live pods' IPs, on the other nodes the route to its
+// podCIDR, its FDB and VTEP neighbour entries with its current VTEP MAC,
+// its eth0 neighbour entry with its kept MAC, no neighbour entry for an
+// old pod IP; the note has the endpoints' dip and return); last,
+// endpoint churn (-churn-rate
 // pods/s, the issue's 10 by default, each deleted 3 s after its creation,
 // behind the busy Service). The CI form runs the three node daemons'
-// kills, the route, the full store and 10 s of churn.
+// kills, the route, the full store, the node restart and 10 s of churn.
 // For each the suite records when the fault's cause ended (the daemon
 // runs again), when its checks went green (the daemon's health endpoint,
 // the kubelet port, the API server's /readyz, the rule or route or FDB
 // entry back, the Service's endpoints back to the stable set) and, from
 // the load, when the last failure happened: convergence is from the
-// cause's end to the later of the two. Not covered yet: a whole node
-// restarted with the same name (`nodenet up` has no way to restart one
-// node).
+// cause's end to the later of the two.
 //
 // After the faults, audit (leaks.go) compares what the nodes hold with
 // the live pods: host-local reservations, veths on cni0, pod network

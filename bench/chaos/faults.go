@@ -92,6 +92,18 @@ func killFault(name, sub string, class targetClass, netns func(e *env) string, h
 func node1(e *env) string { return e.nodeNetns(1) }
 func vpc(e *env) string   { return e.vpcNetns() }
 
+// nodeGrace is the cluster's node monitor grace period (`nodenet up
+// --node-monitor-grace-period`) and linkCut how long the link-down fault
+// cuts a node off: longer than the grace, so that the node goes NotReady
+// and its endpoints leave the Service while it is away (the controller
+// measures from the last renewal it saw, up to one 10 s renewal before
+// the cut). The grace stays well above the API server fault's 10 s
+// freeze, during which no node can renew its lease.
+const (
+	nodeGrace = 25 * time.Second
+	linkCut   = 40 * time.Second
+)
+
 // Faults in the order the suite runs them; short selects the CI subset.
 func faults(short bool, churnRate int) []Fault {
 	proxyHealthy := func(_ context.Context, e *env) bool {
@@ -116,14 +128,16 @@ func faults(short bool, churnRate int) []Fault {
 		{Name: "VXLAN FDB entry of node-2 deleted (node-1)", Inject: deleteFDB, Applies: func(e *env) bool { return e.backend == "vxlan" }},
 		{Name: "IPAM store full (tmpfs) during pod creation (node-3)", Inject: diskFull},
 		{Name: "API server frozen 10 s, then killed (restart with an empty watch cache)", Class: classDaemonKill, Inject: apiserverGap(10*time.Second, 15*time.Second)},
-		{Name: "node-1 cut off from the node network for 30 s (vpc link down)", Inject: linkDown(30 * time.Second)},
+		{Name: fmt.Sprintf("node-3 cut off from the node network for %s (vpc link down; grace period %s)", linkCut, nodeGrace), Inject: linkDown(linkCut)},
+		{Name: "node-3 restarted (`nodenet node restart`: every process killed, namespaces removed, back with the same name)", Inject: nodeRestart},
 		// Last: on a small machine the churn's pods take a while to go,
 		// and the faults after it would measure that.
 		{Name: fmt.Sprintf("endpoint churn: %d endpoints/s replaced", churnRate), Inject: churn(churnRate)},
 	}
 	if short {
-		// CI: one daemon of each kind on the node, one hand repair, short churn.
-		return []Fault{all[0], all[1], all[2], all[6], all[8], all[11]}
+		// CI: one daemon of each kind on the node, one hand repair, the
+		// full store, a node restart (about 10 s), short churn.
+		return []Fault{all[0], all[1], all[2], all[6], all[8], all[11], all[12]}
 	}
 	return all
 }

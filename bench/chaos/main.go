@@ -98,7 +98,7 @@ func startUp(o options, nodenet, dir, logFile string) (stop func(), err error) {
 		return nil, err
 	}
 	cmd := exec.Command(nodenet, "up", "--nodes", "3", "--backend", o.backend, "--proxy-mode", o.proxyMode,
-		"--dir", dir, "--name", o.name, "--api-port", "0")
+		"--dir", dir, "--name", o.name, "--api-port", "0", "--node-monitor-grace-period", nodeGrace.String())
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
 		f.Close()

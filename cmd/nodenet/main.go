@@ -28,6 +28,7 @@ func subcommands() map[string]subcommand {
 		"up":                 {"local multi-node cluster in network namespaces (foreground supervisor)", runUp},
 		"down":               {"stop a local cluster's up and remove the cluster (idempotent)", runDown},
 		"status":             {"nodes, podCIDRs, pods and services of a local cluster", runStatus},
+		"node":               {"node restart NAME: restart one node of a running local cluster as a reboot would", runNode},
 		"agent":              {"node agent: registers the node, runs pods through CNI", runAgent},
 		"echo":               {"TCP/UDP/HTTP echo server reporting its pod name (or --client)", runEcho},
 		"loadgen":            {"steady TCP/UDP load against echo servers, per-second JSON reports (the chaos suite's clients)", runLoadgen},

@@ -52,6 +52,7 @@ func parseUp(args []string) (upOptions, error) {
 	fs.IntVar(&cfg.APIPort, "api-port", 6443, "port on 127.0.0.1 (root namespace) forwarded to the API server (0: any)")
 	fs.BoolVar(&cfg.Replace, "replace", false, "stop the cluster of the same --dir or --name if one is running, instead of refusing")
 	fs.StringVar(&cfg.LBPool, "lb-ip-pool", cluster.DefaultLBPool, "IPv4 CIDR LoadBalancer Service IPs are handed out from; the vpc router routes each to a node")
+	fs.DurationVar(&cfg.NodeMonitorGracePeriod, "node-monitor-grace-period", cluster.DefaultNodeMonitorGracePeriod, "how long a node may miss its heartbeats before the controller manager marks it NotReady and takes its pods out of the Services (kube-controller-manager's flag; at least "+cluster.MinNodeMonitorGracePeriod.String()+")")
 	fs.BoolVar(&o.demo, "demo", false, "once the cluster is up, deploy echo pods and a Service and check traffic")
 	fs.BoolVar(&o.demoExit, "demo-exit", false, "tear down and exit after the demo (status 1 if a check failed), or without --demo once the nodes are Ready")
 	fs.IntVar(&o.demoPods, "demo-pods", 6, "echo pods the demo deploys")

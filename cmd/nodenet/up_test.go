@@ -5,6 +5,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/nodenet/nodenet/cluster"
 )
 
 // TestParseUpRefusesBadOptions checks that every option of `nodenet up` is
@@ -45,6 +48,8 @@ func TestParseUpRefusesBadOptions(t *testing.T) {
 		{[]string{"--demo", "--demo-pods", "0"}, []string{"--demo-pods 0: want at least 1"}},
 		{[]string{"3"}, []string{"unexpected arguments [3]"}},
 		{[]string{"--cni-plugin", file}, []string{"is not an executable file"}},
+		{[]string{"--node-monitor-grace-period", "5s"}, []string{"--node-monitor-grace-period 5s: want at least 20s"}},
+		{[]string{"--node-monitor-grace-period", "-1m"}, []string{"--node-monitor-grace-period -1m0s: want at least 20s"}},
 		// Every problem at once, not one per attempt.
 		{[]string{"--backend", "udp", "--proxy-mode", "userspace", "--nodes", "0"}, []string{"--backend", "--proxy-mode", "--nodes"}},
 	}
@@ -87,11 +92,19 @@ func TestParseUpAcceptsGoodOptions(t *testing.T) {
 		{"--dir", t.TempDir(), "--nodes", "1", "--backend", "vxlan", "--proxy-mode", "nftables"},
 		{"--dir", earlier, "--proxy-mode", "none", "--nodes", "200", "--api-port", "0"},
 		{"--dir", t.TempDir(), "--lb-ip-pool", "192.168.77.0/24", "--demo", "--demo-exit"},
+		{"--dir", t.TempDir(), "--node-monitor-grace-period", "25s"},
 	} {
 		o, err := parseUp(append([]string{"--cni-plugin", os.Args[0]}, args...))
 		if err != nil {
 			t.Errorf("%v: %v", args, err)
 			continue
+		}
+		wantGrace := cluster.DefaultNodeMonitorGracePeriod
+		if args[len(args)-1] == "25s" {
+			wantGrace = 25 * time.Second
+		}
+		if o.cfg.NodeMonitorGracePeriod != wantGrace {
+			t.Errorf("%v: node monitor grace period %s, want %s", args, o.cfg.NodeMonitorGracePeriod, wantGrace)
 		}
 		if !filepath.IsAbs(o.cfg.Dir) || o.cfg.LBPool == "" || o.cfg.Name != "local" {
 			t.Errorf("%v: defaults not filled in: %+v", args, o.cfg)
