@@ -22,12 +22,7 @@ import (
 func TestKernelSuite(t *testing.T) {
 	requireGuest(t)
 	proxytest.KernelSuite(t, func(t testing.TB, node *nettest.NS, f proxy.Family) proxy.DataPlane {
-		h, err := Open(node.Path())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { h.Close() })
-		return New(f, h, NetHost{Netns: node.Path()}, Config{}, testapi.Logger())
+		return openProxier(t, node, f)
 	})
 }
 
