@@ -108,3 +108,36 @@ func ownership(t *testing.T, h Handle, host Host, nodeAddr netip.Addr) {
 		}
 	}
 }
+
+// TestParseNodePortSet reads `nft -j list set` output, with protocols as
+// names and (no /etc/protocols, as in the VM) as numbers, and refuses
+// elements of another shape.
+func TestParseNodePortSet(t *testing.T) {
+	js := `{"nftables": [{"metainfo": {"json_schema_version": 1}}, {"set": {"family": "ip", "name": "nodeports", "table": "nodenet-ipvs",
+		"type": ["ipv4_addr", "inet_proto", "inet_service"], "handle": 7,
+		"elem": [{"concat": ["192.168.0.10", "tcp", 30080]}, {"concat": ["192.168.0.10", 17, 30053]}, {"concat": ["10.0.0.1", "sctp", 30099]}]}}]}`
+	got, err := parseNodePortSet([]byte(js))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := netip.MustParseAddr("192.168.0.10")
+	want := []ServiceKey{{Addr: a, Port: 30080, Protocol: proxy.TCP}, {Addr: a, Port: 30053, Protocol: proxy.UDP},
+		{Addr: netip.MustParseAddr("10.0.0.1"), Port: 30099, Protocol: proxy.SCTP}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("got %+v, want %+v", got, want)
+	}
+	if got, err := parseNodePortSet([]byte(`{"nftables": [{"set": {"name": "nodeports"}}]}`)); err != nil || len(got) != 0 {
+		t.Fatalf("empty set: %v %v", got, err)
+	}
+	for _, bad := range []string{
+		`{"nftables": [{"set": {"elem": [{"concat": ["192.168.0.10", "tcp"]}]}}]}`,
+		`{"nftables": [{"set": {"elem": [{"concat": ["nope", "tcp", 1]}]}}]}`,
+		`{"nftables": [{"set": {"elem": [{"concat": ["192.168.0.10", "icmp", 1]}]}}]}`,
+		`{"nftables": [{"set": {"elem": [{"concat": ["192.168.0.10", 1, 1]}]}}]}`,
+		`not json`,
+	} {
+		if got, err := parseNodePortSet([]byte(bad)); err == nil {
+			t.Errorf("%s: accepted as %+v", bad, got)
+		}
+	}
+}
