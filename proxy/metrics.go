@@ -48,7 +48,7 @@ type Metrics struct {
 	ConntrackDeletedEntries   *prometheus.CounterVec   // ip_family
 
 	// Sync failures, by mode (see failureCounters).
-	IPTablesRestoreFailures        *prometheus.CounterVec // iptables
+	IPTablesRestoreFailures        *prometheus.CounterVec // iptables, ipvs
 	IPTablesPartialRestoreFailures *prometheus.CounterVec // iptables: a partial sync failed (the next is full)
 	NFTablesSyncFailures           *prometheus.CounterVec // nftables
 	SyncFailures                   *prometheus.CounterVec // modes kube-proxy does not have a counter for
@@ -190,8 +190,14 @@ func (m *Metrics) registerMode(mode string) {
 // failureCounters are the counters a failed sync of mode increments: the
 // ones kube-proxy's proxier of that mode has (a failed partial iptables
 // sync also counts as a partial restore failure), else nodenet's own.
+// kube-proxy's ipvs mode counts the failures of the rule set it writes
+// around IPVS as iptables restore failures; nodenet's writes nft instead,
+// and counts a failed sync there, so kube-proxy's ipvs dashboards and
+// alerts keep their series.
 func (m *Metrics) failureCounters(mode string, partial bool) []*prometheus.CounterVec {
 	switch mode {
+	case "ipvs":
+		return []*prometheus.CounterVec{m.IPTablesRestoreFailures}
 	case "iptables":
 		if partial {
 			return []*prometheus.CounterVec{m.IPTablesRestoreFailures, m.IPTablesPartialRestoreFailures}

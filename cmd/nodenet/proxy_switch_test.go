@@ -6,14 +6,12 @@ import (
 	"strings"
 	"testing"
 
-	ipt "github.com/nodenet/nodenet/internal/iptables"
 	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/internal/testapi"
 	"github.com/nodenet/nodenet/proxy"
 	"github.com/nodenet/nodenet/proxy/ebpf"
-	"github.com/nodenet/nodenet/proxy/iptables"
-	"github.com/nodenet/nodenet/proxy/nftables"
 	"github.com/nodenet/nodenet/proxy/proxytest"
+	"github.com/nodenet/nodenet/proxy/proxytest/modes"
 )
 
 // The --proxy-mode switch lives here, above the data planes, so the
@@ -24,9 +22,7 @@ func TestProxyModeSwitchIPTablesNFTables(t *testing.T) {
 	nettest.RequirePrivileged(t)
 	nettest.RequireTool(t, "nft")
 	nettest.RequireTool(t, "iptables-restore")
-	in := func(node *nettest.NS) []string { return []string{"ip", "netns", "exec", node.Name()} }
-	ipt, nft := iptablesMode(in), nftablesMode()
-	proxytest.SwitchSuite(t, ipt, nft)
+	proxytest.SwitchSuite(t, modes.IPTables(), modes.NFTables())
 }
 
 // TestProxyModeSwitchEBPF switches iptables ↔ ebpf and nftables ↔ ebpf in
@@ -38,7 +34,6 @@ func TestProxyModeSwitchEBPF(t *testing.T) {
 	nettest.RequirePrivileged(t)
 	nettest.RequireTool(t, "nft")
 	nettest.RequireTool(t, "iptables-restore")
-	in := func(node *nettest.NS) []string { return []string{"ip", "netns", "exec", node.Name()} }
 	nettest.RequireTool(t, "bpftool")
 	pins, cgroup := nettest.BPFFS(t), nettest.Cgroup(t)
 	eb := proxytest.Mode{
@@ -67,53 +62,6 @@ func TestProxyModeSwitchEBPF(t *testing.T) {
 			return strings.Join(left, "\n")
 		},
 	}
-	t.Run("iptables", func(t *testing.T) { proxytest.SwitchSuite(t, iptablesMode(in), eb) })
-	t.Run("nftables", func(t *testing.T) { proxytest.SwitchSuite(t, nftablesMode(), eb) })
-}
-
-// iptablesMode is the iptables (nft variant) data plane for SwitchSuite.
-func iptablesMode(in func(*nettest.NS) []string) proxytest.Mode {
-	return proxytest.Mode{
-		Name: "iptables",
-		New: func(t testing.TB, node *nettest.NS, f proxy.Family) proxy.DataPlane {
-			return iptables.New(f, ipt.New(ipt.Prefixed(in(node)...), ipt.Family(f), ipt.NFT), testapi.Logger())
-		},
-		Leftovers: func(t testing.TB, node *nettest.NS) string {
-			var left []string
-			for _, table := range []string{"nat", "filter"} {
-				out, err := exec.Command("ip", "netns", "exec", node.Name(), "iptables-save", "-t", table).CombinedOutput()
-				if err != nil {
-					t.Fatalf("iptables-save: %v: %s", err, out)
-				}
-				for _, l := range strings.Split(string(out), "\n") {
-					if strings.Contains(l, iptables.Prefix) {
-						left = append(left, l)
-					}
-				}
-			}
-			return strings.Join(left, "\n")
-		},
-	}
-}
-
-// nftablesMode is the nftables data plane for SwitchSuite.
-func nftablesMode() proxytest.Mode {
-	return proxytest.Mode{
-		Name: "nftables",
-		New: func(t testing.TB, node *nettest.NS, f proxy.Family) proxy.DataPlane {
-			r := &nftables.ExecRunner{Netns: node.Name()}
-			t.Cleanup(func() { r.Close() })
-			return nftables.New(f, r, testapi.Logger())
-		},
-		Leftovers: func(t testing.TB, node *nettest.NS) string {
-			out, err := exec.Command("ip", "netns", "exec", node.Name(), "nft", "list", "tables").CombinedOutput()
-			if err != nil {
-				t.Fatalf("nft list tables: %v: %s", err, out)
-			}
-			if strings.Contains(string(out), "nodenet-proxy") {
-				return string(out)
-			}
-			return ""
-		},
-	}
+	t.Run("iptables", func(t *testing.T) { proxytest.SwitchSuite(t, modes.IPTables(), eb) })
+	t.Run("nftables", func(t *testing.T) { proxytest.SwitchSuite(t, modes.NFTables(), eb) })
 }

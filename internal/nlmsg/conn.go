@@ -41,12 +41,28 @@ func Dial(protocol int) (*Conn, error) {
 	return &Conn{fd: fd}, nil
 }
 
-// Close closes the socket.
-func (c *Conn) Close() error { return unix.Close(c.fd) }
+// ErrClosed is what a closed Conn's operations return.
+var ErrClosed = errors.New("netlink socket closed")
+
+// Close closes the socket; a second Close is a no-op. The descriptor is
+// forgotten, so a later request fails with ErrClosed instead of writing
+// into whatever file reuses the number (an IPVS dump request once landed
+// in an HTTP connection that way).
+func (c *Conn) Close() error {
+	if c.fd < 0 {
+		return nil
+	}
+	fd := c.fd
+	c.fd = -1
+	return unix.Close(fd)
+}
 
 // SetReceiveTimeout bounds each wait for an answer (0: wait forever);
 // Execute then fails with EAGAIN.
 func (c *Conn) SetReceiveTimeout(d time.Duration) error {
+	if c.fd < 0 {
+		return ErrClosed
+	}
 	tv := unix.NsecToTimeval(d.Nanoseconds())
 	if err := unix.SetsockoptTimeval(c.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
 		return fmt.Errorf("netlink receive timeout: %w", err)
@@ -202,6 +218,9 @@ func (c *Conn) Dump(w *Writer, typ uint16) ([][]byte, error) {
 }
 
 func (c *Conn) send(b []byte) error {
+	if c.fd < 0 {
+		return ErrClosed
+	}
 	for {
 		_, err := unix.Write(c.fd, b)
 		if err == unix.EINTR {
@@ -217,6 +236,9 @@ func (c *Conn) send(b []byte) error {
 // receive reads the next datagram of answers into the connection's
 // buffer.
 func (c *Conn) receive() ([]byte, error) {
+	if c.fd < 0 {
+		return nil, ErrClosed
+	}
 	if c.buf == nil {
 		c.buf = make([]byte, receiveSize)
 	}

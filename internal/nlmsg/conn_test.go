@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -292,5 +293,30 @@ func TestKernelAck(t *testing.T) {
 	}
 	if err := lookup(1 << 30); !errors.Is(err, unix.ENODEV) {
 		t.Fatalf("missing link: %v", err)
+	}
+}
+
+// TestClosedConn: a closed Conn refuses requests with ErrClosed (it never
+// touches the descriptor number again, which another file may hold by
+// then), and a second Close is harmless.
+func TestClosedConn(t *testing.T) {
+	c, err := Dial(unix.NETLINK_ROUTE)
+	if err != nil {
+		t.Skipf("netlink: %v", err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if err := c.send([]byte{0}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("send on a closed Conn: %v, want ErrClosed", err)
+	}
+	if _, err := c.receive(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("receive on a closed Conn: %v, want ErrClosed", err)
+	}
+	if err := c.SetReceiveTimeout(time.Second); !errors.Is(err, ErrClosed) {
+		t.Fatalf("SetReceiveTimeout on a closed Conn: %v, want ErrClosed", err)
 	}
 }

@@ -52,11 +52,21 @@
 //
 // Syncs: the virtual and real servers of the changed service ports only
 // (each compared with the kernel's, so a full sync over unchanged state
-// writes nothing); a full sync also deletes virtual servers on nodenet's
-// addresses (VIPs, NodePort addresses) that no service wants — leftovers of
-// services deleted while the proxy was down. Cleanup removes the table,
-// the virtual servers on the VIPs and node addresses, and the device, from
-// any process; on a kernel without IPVS only the rest.
+// writes nothing); a full sync also deletes nodenet's virtual servers that
+// no service wants — leftovers of services deleted while the proxy was
+// down. Cleanup removes nodenet's virtual servers, the table and the
+// device, from any process; on a kernel without IPVS only the rest.
+//
+// Ownership: a virtual server is nodenet's when its address is on
+// nodenet-ipvs0 (ClusterIPs, externalIPs, LB IPs), or when it is a
+// NodePort on a node address recorded in the table's "nodeports" set.
+// Each sync writes that record (the NodePorts it wants, plus recorded ones
+// the kernel still has) before making the virtual servers it names, and a
+// restarted proxy or a Cleanup reads it back, so no other IPVS user's
+// virtual server is deleted, on the node's addresses either (keepalived or
+// LVS next to nodenet; kube-proxy's cleanup flushes all of IPVS). A
+// NodePort virtual server made by a build without the record is not known
+// as nodenet's.
 //
 // A kernel without IPVS fails Open with ErrNoIPVS ("the kernel has no IPVS
 // (ip_vs): /proc/net/ip_vs missing and the IPVS generic netlink family
@@ -71,8 +81,16 @@
 // Tests: the fake-backed unit and golden tests (testdata/golden-*.ipvs)
 // run anywhere; TestInVM boots Debian's kernel under qemu (package vmtest)
 // and runs the contract and traffic tests there (about 35 s with warm
-// caches), TestInVMSuite the shared proxytest.KernelSuite (about 65 s):
-// every case passes in the VM except Metrics, which it skips (inside the
-// guest the metrics scrape failed, once with 400 Bad Request and once
-// waiting for a network-programming sample; not yet understood).
+// caches); TestInVMModeSwitch switches ipvs → iptables → nftables → ipvs
+// through the API server (proxytest.SwitchSuite: none of the old mode's
+// state left, a ClusterIP answering under each), runs the ebpf mode's
+// Cleanup on the VM's kernel (the ebpf data plane itself needs a newer one
+// than 6.1) and checks that foreign virtual servers survive full syncs and
+// Cleanup; TestInVMSuite runs the shared proxytest.KernelSuite (about 65 s
+// with an idle host), every case. The guest gets NODENET_TEST_WAIT=60s:
+// under TCG on a loaded 2-core host a sync plus a dial took longer than
+// the suites' 10 s. A failed sync counts on kube-proxy's
+// kubeproxy_sync_proxy_rules_iptables_restore_failures_total, which
+// kube-proxy's ipvs mode serves (for its iptables rule set; this mode's
+// is nft).
 package ipvs

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 
@@ -104,6 +105,40 @@ func (h *FakeHost) NftTableExists(_ context.Context, family, table string) (bool
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return table == TableName && h.Tables[family] != "", nil
+}
+
+// RecordedNodePorts implements Host from the nodeports set of the last
+// script.
+func (h *FakeHost) RecordedNodePorts(_ context.Context, f proxy.Family) ([]ServiceKey, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, set, ok := strings.Cut(h.Tables[nftFamily(f)], "\tset "+setNodePorts+" {\n")
+	if !ok {
+		return nil, nil
+	}
+	set, _, _ = strings.Cut(set, "\t}\n")
+	_, elems, ok := strings.Cut(set, "elements = { ")
+	if !ok {
+		return nil, nil
+	}
+	elems, _, _ = strings.Cut(elems, " }")
+	var out []ServiceKey
+	for _, e := range strings.Split(elems, ", ") {
+		f := strings.Split(e, " . ")
+		if len(f) != 3 {
+			return nil, fmt.Errorf("nodeports element %q", e)
+		}
+		a, err := netip.ParseAddr(f[0])
+		if err != nil {
+			return nil, fmt.Errorf("nodeports element %q: %w", e, err)
+		}
+		port, err := strconv.ParseUint(f[2], 10, 16)
+		if err != nil {
+			return nil, fmt.Errorf("nodeports element %q: %w", e, err)
+		}
+		out = append(out, ServiceKey{Addr: a, Port: uint16(port), Protocol: proxy.Protocol(strings.ToUpper(f[1]))})
+	}
+	return out, nil
 }
 
 // Dump renders IPVS, the VIPs and the nft table of family f, for golden

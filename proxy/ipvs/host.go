@@ -2,6 +2,7 @@ package ipvs
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -42,6 +43,10 @@ type Host interface {
 	ApplyNft(ctx context.Context, script string) error
 	// NftTableExists reports whether "<family> <table>" exists.
 	NftTableExists(ctx context.Context, family, table string) (bool, error)
+	// RecordedNodePorts lists the NodePort virtual servers of family f
+	// that the table TableName records as nodenet's (none without the
+	// table).
+	RecordedNodePorts(ctx context.Context, f proxy.Family) ([]ServiceKey, error)
 }
 
 // NetHost is Host in the network namespace at Netns ("" for the caller's).
@@ -258,4 +263,77 @@ func (h NetHost) NftTableExists(ctx context.Context, family, table string) (bool
 		return false, err
 	}
 	return strings.Contains(string(out), "table "+family+" "+table+"\n"), nil
+}
+
+// RecordedNodePorts implements Host: the elements of the table's
+// nodeports set, read as JSON (`nft -j`), whose protocol is a name or,
+// without /etc/protocols, a number.
+func (h NetHost) RecordedNodePorts(ctx context.Context, f proxy.Family) ([]ServiceKey, error) {
+	out, err := h.nft(ctx, "", "-j", "list", "set", nftFamily(f), TableName, setNodePorts)
+	if err != nil {
+		if strings.Contains(err.Error(), "No such file or directory") {
+			return nil, nil // no table (or an older one without the set): nothing recorded
+		}
+		return nil, err
+	}
+	keys, err := parseNodePortSet(out)
+	if err != nil {
+		return nil, fmt.Errorf("nft set %s %s %s: %w", nftFamily(f), TableName, setNodePorts, err)
+	}
+	return keys, nil
+}
+
+// parseNodePortSet reads the elements of `nft -j list set` of the
+// address . protocol . port type.
+func parseNodePortSet(js []byte) ([]ServiceKey, error) {
+	var doc struct {
+		Nftables []struct {
+			Set *struct {
+				Elem []struct {
+					Concat []json.RawMessage `json:"concat"`
+				} `json:"elem"`
+			} `json:"set"`
+		} `json:"nftables"`
+	}
+	if err := json.Unmarshal(js, &doc); err != nil {
+		return nil, fmt.Errorf("parse nft JSON: %w", err)
+	}
+	var out []ServiceKey
+	for _, o := range doc.Nftables {
+		if o.Set == nil {
+			continue
+		}
+		for _, e := range o.Set.Elem {
+			k, err := parseNodePortElem(e.Concat)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, k)
+		}
+	}
+	return out, nil
+}
+
+func parseNodePortElem(c []json.RawMessage) (ServiceKey, error) {
+	var addr, proto string
+	var port, protoNum uint16
+	if len(c) != 3 || json.Unmarshal(c[0], &addr) != nil || json.Unmarshal(c[2], &port) != nil {
+		return ServiceKey{}, fmt.Errorf("element %s: want address . protocol . port", c)
+	}
+	a, err := netip.ParseAddr(addr)
+	if err != nil {
+		return ServiceKey{}, fmt.Errorf("element %s: %w", c, err)
+	}
+	k := ServiceKey{Addr: a, Port: port}
+	var ok bool
+	if json.Unmarshal(c[1], &protoNum) == nil {
+		k.Protocol, ok = protoName(protoNum)
+	} else if json.Unmarshal(c[1], &proto) == nil {
+		k.Protocol = proxy.Protocol(strings.ToUpper(proto))
+		ok = k.Protocol == proxy.TCP || k.Protocol == proxy.UDP || k.Protocol == proxy.SCTP
+	}
+	if !ok {
+		return ServiceKey{}, fmt.Errorf("element %s: unknown protocol %s", c, c[1])
+	}
+	return k, nil
 }

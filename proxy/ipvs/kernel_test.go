@@ -21,12 +21,17 @@ import (
 // server, IPv4, IPv6 and dual-stack) for the ipvs mode, inside the VM.
 func TestKernelSuite(t *testing.T) {
 	requireGuest(t)
+	// A data plane built in a subtest (RestartKeepsTraffic's restart)
+	// runs on into the next ones, so its handle is closed with the suite,
+	// not with that subtest: closed early, its socket's number was reused
+	// by an HTTP connection the Metrics case scraped through.
+	top := t
 	proxytest.KernelSuite(t, func(t testing.TB, node *nettest.NS, f proxy.Family) proxy.DataPlane {
 		h, err := Open(node.Path())
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { h.Close() })
+		top.Cleanup(func() { h.Close() })
 		return New(f, h, NetHost{Netns: node.Path()}, Config{}, testapi.Logger())
 	})
 }

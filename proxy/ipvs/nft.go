@@ -26,6 +26,12 @@ const (
 	setFWGuarded   = "fw-guarded"    // LB entry points with source ranges
 	setFWAllowed   = "fw-allowed"    // LB entry point . allowed source range
 	setHairpin     = "hairpin"       // endpoint . port . endpoint
+	// setNodePorts is no rule's: it records the virtual servers on node
+	// addresses (NodePorts) nodenet made, so a full sync and Cleanup, in
+	// this process or a later one, delete those and no other IPVS user's
+	// on the same addresses (keepalived/LVS). Virtual servers on the VIP
+	// device's addresses need no record: the device is nodenet's.
+	setNodePorts = "nodeports"
 )
 
 func nftFamily(f proxy.Family) string {
@@ -35,22 +41,23 @@ func nftFamily(f proxy.Family) string {
 	return "ip"
 }
 
-// ruleset renders the whole table for the entries of a snapshot: it is
-// replaced in one nft transaction (declared, deleted, written), so a sync
-// never leaves it half-applied.
-func ruleset(f proxy.Family, snap *proxy.Snapshot, all []entry) string {
+// ruleset renders the whole table for the entries of a snapshot and the
+// record of nodenet's NodePort virtual servers: it is replaced in one nft
+// transaction (declared, deleted, written), so a sync never leaves it
+// half-applied.
+func ruleset(f proxy.Family, snap *proxy.Snapshot, all []entry, nodePorts []ServiceKey) string {
 	fam := nftFamily(f)
 	ip, addrType := "ip", "ipv4_addr"
 	if f == proxy.IPv6 {
 		ip, addrType = "ip6", "ipv6_addr"
 	}
 	vipType := addrType + " . inet_proto . inet_service"
-	vipKey := func(s Service) string {
-		return s.Addr.String() + " . " + s.Protocol.Lower() + " . " + strconv.Itoa(int(s.Port))
+	var cluster, external, none, guarded, allowed, hairpin, recorded []string
+	for _, k := range nodePorts {
+		recorded = append(recorded, vipKey(k))
 	}
-	var cluster, external, none, guarded, allowed, hairpin []string
 	for _, e := range all {
-		k := vipKey(e.svc)
+		k := vipKey(e.svc.Key())
 		switch {
 		case len(e.dests) == 0:
 			none = append(none, k)
@@ -93,6 +100,7 @@ func ruleset(f proxy.Family, snap *proxy.Snapshot, all []entry) string {
 	set(setFWGuarded, vipType, "", guarded)
 	set(setFWAllowed, vipType+" . "+addrType, "interval", allowed)
 	set(setHairpin, addrType+" . inet_service . "+addrType, "", hairpin)
+	set(setNodePorts, vipType, "", recorded)
 	vip := ip + " daddr . meta l4proto . th dport"
 	mark := fmt.Sprintf("meta mark set meta mark | 0x%08x", proxy.MasqueradeMark)
 	// Marking runs before IPVS takes the packet (LOCAL_IN at priority 98,
@@ -141,6 +149,11 @@ func ruleset(f proxy.Family, snap *proxy.Snapshot, all []entry) string {
 	p("\t}")
 	p("}")
 	return b.String()
+}
+
+// vipKey is k as an element of the address . protocol . port sets.
+func vipKey(k ServiceKey) string {
+	return k.Addr.String() + " . " + k.Protocol.Lower() + " . " + strconv.Itoa(int(k.Port))
 }
 
 // cleanupScript deletes the table of family f if it exists.

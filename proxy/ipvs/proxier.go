@@ -63,6 +63,11 @@ type Proxier struct {
 	draining map[ServiceKey]map[netip.AddrPort]time.Time
 	// timeoutsSet: the configured timeouts were written.
 	timeoutsSet bool
+	// nodePorts are the virtual servers on node addresses nodenet made,
+	// kept in the table's nodeports set (read back at the first sync, so
+	// a restarted proxy knows its predecessor's); nodePortsRead: it was.
+	nodePorts     map[ServiceKey]bool
+	nodePortsRead bool
 }
 
 // New is the data plane over an IPVS handle and a host (both in the node's
@@ -154,9 +159,6 @@ func (p *Proxier) Sync(ctx context.Context, snap *proxy.Snapshot, changed proxy.
 	for _, s := range current {
 		have[s.Key()] = s
 	}
-	if err := p.host.ApplyNft(ctx, ruleset(p.family, snap, all)); err != nil {
-		return res, fmt.Errorf("ipvs mode nft table: %w", err)
-	}
 	wanted := map[ServiceKey]bool{}
 	for _, es := range want {
 		for _, e := range es {
@@ -164,6 +166,15 @@ func (p *Proxier) Sync(ctx context.Context, snap *proxy.Snapshot, changed proxy.
 				wanted[e.svc.Key()] = true
 			}
 		}
+	}
+	record, err := p.recordNodePorts(ctx, all, have)
+	if err != nil {
+		return res, err
+	}
+	// The record is written before the virtual servers it names are
+	// made, so whatever this sync leaves behind is recorded.
+	if err := p.host.ApplyNft(ctx, ruleset(p.family, snap, all, record)); err != nil {
+		return res, fmt.Errorf("ipvs mode nft table: %w", err)
 	}
 	for _, n := range ports {
 		for _, e := range p.programmed[n] {
@@ -195,7 +206,7 @@ func (p *Proxier) Sync(ctx context.Context, snap *proxy.Snapshot, changed proxy.
 		}
 	}
 	if changed.Full {
-		w, err := p.removeLeftovers(have, wanted, append(bound, nodeAddrs...))
+		w, err := p.removeLeftovers(have, wanted, bound)
 		res.Written += w
 		if err != nil {
 			return res, err
@@ -332,17 +343,63 @@ func (p *Proxier) reapDrained() (int, error) {
 	return written, nil
 }
 
-// removeLeftovers deletes virtual servers of this family that are
-// nodenet's (on one of its addresses: VIPs, NodePort addresses) but not
-// wanted: services deleted while the proxy was down.
-func (p *Proxier) removeLeftovers(have map[ServiceKey]Service, wanted map[ServiceKey]bool, addrs []netip.Addr) (int, error) {
-	ours := map[netip.Addr]bool{}
-	for _, a := range addrs {
-		ours[a] = true
+// recordNodePorts is the nodeports record this sync writes: the NodePort
+// virtual servers it wants, and those recorded before that the kernel
+// still has (a failed or partial sync, or a restart, has not deleted them
+// yet; the next full sync does). It becomes p.nodePorts.
+func (p *Proxier) recordNodePorts(ctx context.Context, all []entry, have map[ServiceKey]Service) ([]ServiceKey, error) {
+	if !p.nodePortsRead {
+		prev, err := p.host.RecordedNodePorts(ctx, p.family)
+		if err != nil {
+			return nil, fmt.Errorf("read the record of nodenet's NodePort virtual servers: %w", err)
+		}
+		p.nodePorts = map[ServiceKey]bool{}
+		for _, k := range prev {
+			p.nodePorts[k] = true
+		}
+		p.nodePortsRead = true
 	}
+	next := map[ServiceKey]bool{}
+	for k := range p.nodePorts {
+		if _, ok := have[k]; ok {
+			next[k] = true
+		}
+	}
+	for _, e := range all {
+		if !e.bind && len(e.dests) > 0 {
+			next[e.svc.Key()] = true
+		}
+	}
+	p.nodePorts = next
+	out := make([]ServiceKey, 0, len(next))
+	for k := range next {
+		out = append(out, k)
+	}
+	return out, nil
+}
+
+// owns reports whether virtual server k is nodenet's: on an address of
+// the VIP device (vips), or a NodePort it recorded.
+func owns(k ServiceKey, vips map[netip.Addr]bool, nodePorts map[ServiceKey]bool) bool {
+	return vips[k.Addr] || nodePorts[k]
+}
+
+func addrSet(addrs []netip.Addr) map[netip.Addr]bool {
+	out := make(map[netip.Addr]bool, len(addrs))
+	for _, a := range addrs {
+		out[a] = true
+	}
+	return out
+}
+
+// removeLeftovers deletes virtual servers of this family that are
+// nodenet's (owns) but not wanted: services deleted while the proxy was
+// down. Another IPVS user's, even on the node's addresses, stay.
+func (p *Proxier) removeLeftovers(have map[ServiceKey]Service, wanted map[ServiceKey]bool, bound []netip.Addr) (int, error) {
+	vips := addrSet(bound)
 	written := 0
 	for _, s := range have {
-		if !p.family.Contains(s.Addr) || wanted[s.Key()] || !ours[s.Addr] {
+		if !p.family.Contains(s.Addr) || wanted[s.Key()] || !owns(s.Key(), vips, p.nodePorts) {
 			continue
 		}
 		if err := p.ipvs.DeleteService(s.Key()); err != nil && !errors.Is(err, unix.ESRCH) {
@@ -396,36 +453,38 @@ func (p *Proxier) Intact(ctx context.Context) (bool, error) {
 	return p.host.DeviceExists()
 }
 
-// Cleanup implements proxy.DataPlane: removes the nft table, every
-// virtual server on a VIP of the device or on a node address (NodePorts),
-// and the device with its VIPs, whichever process made them. Like
-// kube-proxy's cleanup, which flushes all of IPVS, it assumes the node's
-// own addresses serve no other IPVS user.
+// Cleanup implements proxy.DataPlane: removes nodenet's virtual servers
+// (those on a VIP of the device, and the NodePorts its table records),
+// the nft table, and the device with its VIPs, whichever process made
+// them. Unlike kube-proxy's cleanup, which flushes all of IPVS, another
+// IPVS user's virtual servers stay, on the node's addresses too.
 func (p *Proxier) Cleanup(ctx context.Context) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var errs []error
-	if err := p.host.ApplyNft(ctx, cleanupScript(p.family)); err != nil {
-		errs = append(errs, err)
-	}
 	vips, err := p.host.VIPs(p.family)
 	errs = append(errs, err)
 	if p.ipvs != nil {
-		nodeAddrs, err := p.host.NodeAddrs(p.family)
+		// The record is read before the table goes: it is in the table.
+		recorded, err := p.host.RecordedNodePorts(ctx, p.family)
 		errs = append(errs, err)
-		ours := map[netip.Addr]bool{}
-		for _, a := range append(vips, nodeAddrs...) {
-			ours[a] = true
+		nodePorts := map[ServiceKey]bool{}
+		for _, k := range recorded {
+			nodePorts[k] = true
 		}
 		all, err := p.ipvs.Services()
 		errs = append(errs, err)
+		bound := addrSet(vips)
 		for _, s := range all {
-			if ours[s.Addr] {
+			if p.family.Contains(s.Addr) && owns(s.Key(), bound, nodePorts) {
 				if err := p.ipvs.DeleteService(s.Key()); err != nil && !errors.Is(err, unix.ESRCH) {
 					errs = append(errs, err)
 				}
 			}
 		}
+	}
+	if err := p.host.ApplyNft(ctx, cleanupScript(p.family)); err != nil {
+		errs = append(errs, err)
 	}
 	for _, a := range vips {
 		errs = append(errs, p.host.DelVIP(a))
@@ -435,6 +494,7 @@ func (p *Proxier) Cleanup(ctx context.Context) error {
 	}
 	p.programmed = map[proxy.ServicePortName][]entry{}
 	p.draining = map[ServiceKey]map[netip.AddrPort]time.Time{}
+	p.nodePorts, p.nodePortsRead = nil, false
 	return errors.Join(errs...)
 }
 

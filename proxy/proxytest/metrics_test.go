@@ -54,7 +54,7 @@ func TestUpstreamMetricsListParses(t *testing.T) {
 // names, types, labels and buckets against kube-proxy v1.37.2's list, and
 // the values against kube-proxy's meaning of each.
 func TestKubeProxyMetrics(t *testing.T) {
-	for _, mode := range []string{"iptables", "nftables"} {
+	for _, mode := range []string{"iptables", "nftables", "ipvs"} {
 		t.Run(mode, func(t *testing.T) {
 			plane := &namedPlane{name: mode}
 			p, err := proxy.New(proxy.Config{NodeName: "n1"}, map[proxy.Family]proxy.DataPlane{proxy.IPv4: plane})
@@ -116,10 +116,13 @@ func TestKubeProxyMetrics(t *testing.T) {
 				"kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total": 0,
 				"kubeproxy_sync_proxy_rules_nftables_sync_failures_total":            0,
 			}
-			if mode == "iptables" {
+			switch mode {
+			case "iptables":
 				want["kubeproxy_sync_proxy_rules_iptables_restore_failures_total"] = 1
 				want["kubeproxy_sync_proxy_rules_iptables_partial_restore_failures_total"] = 1
-			} else {
+			case "ipvs":
+				want["kubeproxy_sync_proxy_rules_iptables_restore_failures_total"] = 1
+			default:
 				want["kubeproxy_sync_proxy_rules_nftables_sync_failures_total"] = 1
 			}
 			for name, w := range want {
@@ -139,7 +142,8 @@ func TestKubeProxyMetrics(t *testing.T) {
 			if s := series(mfs["kubeproxy_sync_proxy_rules_duration_seconds"], v4); s.GetHistogram().GetSampleCount() != 3 {
 				t.Errorf("sync durations: %v, want 3 syncs (the failed one included)", s)
 			}
-			if s := series(mfs["kubeproxy_sync_partial_proxy_rules_duration_seconds"], v4); s.GetHistogram().GetSampleCount() != 1 {
+			// kube-proxy's ipvs mode has no full/partial histograms.
+			if s := series(mfs["kubeproxy_sync_partial_proxy_rules_duration_seconds"], v4); mode != "ipvs" && s.GetHistogram().GetSampleCount() != 1 {
 				t.Errorf("partial sync durations: %v, want 1 (first sync full, sync after a failure full)", s)
 			}
 			last := series(mfs["kubeproxy_sync_proxy_rules_last_timestamp_seconds"], v4).GetGauge().GetValue()

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"syscall"
@@ -22,7 +23,21 @@ import (
 	"github.com/nodenet/nodenet/proxy"
 )
 
-const wait = 10 * time.Second
+// EnvWait, a duration, replaces wait: vmtest sets it in its guest, where
+// TCG emulation on a loaded machine makes a sync and a dial several times
+// slower than on the host.
+const EnvWait = "NODENET_TEST_WAIT"
+
+// wait bounds how long the cases wait for the data plane to get a change
+// into the kernel.
+var wait = waitFromEnv(10 * time.Second)
+
+func waitFromEnv(def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(os.Getenv(EnvWait)); err == nil && d > 0 {
+		return d
+	}
+	return def
+}
 
 func vip(svc *v1.Service) string {
 	return net.JoinHostPort(svc.Spec.ClusterIP, fmt.Sprint(svc.Spec.Ports[0].Port))

@@ -14,7 +14,7 @@ import (
 
 // baseVersion names the base initramfs in the cache; bump it when what
 // goes into it changes, so stale caches are rebuilt.
-const baseVersion = "2"
+const baseVersion = "3"
 
 // moduleDirs are the parts of the module tree the guest gets: netfilter
 // (conntrack, nf_tables, xtables, ipset, IPVS) and its dependencies. The
@@ -35,12 +35,15 @@ var moduleDirs = []string{
 // tools are the host's binaries copied into the guest's /usr/sbin (with the
 // libraries ldd lists), and the names each is also called by.
 var tools = map[string][]string{
-	"ipvsadm":           nil,
-	"ip":                nil,
-	"nft":               nil,
-	"ipset":             nil,
-	"conntrack":         nil,
-	"xtables-nft-multi": {"iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore"},
+	"ipvsadm":   nil,
+	"ip":        nil,
+	"nft":       nil,
+	"ipset":     nil,
+	"conntrack": nil,
+	// The plain names for tests and ipvsadm's users, the -nft ones for
+	// internal/iptables, which names its backend.
+	"xtables-nft-multi": {"iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore",
+		"iptables-nft", "iptables-nft-save", "iptables-nft-restore", "ip6tables-nft", "ip6tables-nft-save", "ip6tables-nft-restore"},
 }
 
 // xtablesDir holds the iptables extensions, which it dlopens.
