@@ -35,7 +35,7 @@ func nn(patterns ...string) []string {
 var (
 	// testSupport is code only tests link: it may import anything.
 	testSupport = nn("internal/nettest", "internal/testapi", "internal/testbin", "internal/upstream", "internal/kubectltest",
-		"internal/iptables/iptablestest", "controllers/internal/queueprobe", "proxy/proxytest", "proxy/ipvs/vmtest", "bench/...", "docs")
+		"internal/iptables/iptablestest", "controllers/internal/queueprobe", "proxy/proxytest/...", "proxy/ipvs/vmtest", "bench/...", "docs")
 	// nodeSide is what runs on a node: the daemons and the libraries only
 	// they use.
 	nodeSide = nn("flanneld/...", "proxy/...", "cni/...", "node/...", "routes/...", "ipam/...", "cmd/nodenet-cni")
@@ -129,7 +129,7 @@ var rules = []rule{
 		name:   "a data plane imports the core, never another data plane",
 		why:    "each data plane is one proxy.DataPlane, replaceable on its own",
 		from:   nn("proxy/..."),
-		except: nn("proxy", "proxy/app", "proxy/proxytest"),
+		except: nn("proxy", "proxy/app", "proxy/proxytest/..."),
 		forbid: nn("proxy/..."),
 		allow:  append(nn("proxy"), "{self}/..."),
 	},
