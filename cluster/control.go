@@ -33,15 +33,23 @@ const maxSocketPath = 107
 // the cluster runs, only the requests that need it are unavailable.
 func (c *Cluster) serveControl(ctx context.Context) error {
 	path := ControlSocket(c.cfg.Dir)
-	if len(path) > maxSocketPath {
-		return fmt.Errorf("control socket %s: path longer than %d bytes (a shorter --dir makes `nodenet node restart` available)", path, maxSocketPath)
+	// Bound under a temporary name, made root-only, then renamed into
+	// place: at its real path it is never open to anyone but root, not
+	// even between the bind (which takes the umask's mode) and the chmod.
+	tmp := path + ".new"
+	if len(tmp) > maxSocketPath {
+		return fmt.Errorf("control socket %s: path longer than %d bytes (a shorter --dir makes `nodenet node restart` available)", path, maxSocketPath-len(".new"))
 	}
-	_ = os.Remove(path)
-	ln, err := net.Listen("unix", path)
+	_ = os.Remove(tmp)
+	ln, err := net.Listen("unix", tmp)
 	if err != nil {
 		return fmt.Errorf("control socket: %w", err)
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		ln.Close()
+		return fmt.Errorf("control socket: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
 		ln.Close()
 		return fmt.Errorf("control socket: %w", err)
 	}
