@@ -766,6 +766,11 @@ func (w *podWorker) post(ctx context.Context, pod *corev1.Pod, st corev1.PodStat
 	if err != nil || fresh.UID != pod.UID {
 		return
 	}
+	if reflect.DeepEqual(st, w.posted) && !readinessDiffers(fresh.Status, st) {
+		// Only the informer's copy lagged behind our last write: the API
+		// already holds it, so no second write.
+		return
+	}
 	fresh.Status = st
 	if _, err := w.a.o.Client.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, fresh, metav1.UpdateOptions{}); err != nil {
 		w.a.log.Warn("update pod status", "pod", pod.Name, "err", err)
