@@ -174,3 +174,21 @@ func assertHealthy(t *testing.T, client kubernetes.Interface, name string) {
 		t.Errorf("node %s: Ready=%s (%s), %d unreachable taints; want Ready=True and no taints", name, r.Status, r.Reason, unreachableTaintCount(n))
 	}
 }
+
+// createTolerantPod puts a running, ready pod with these tolerations on
+// the node.
+func createTolerantPod(t *testing.T, client kubernetes.Interface, name, node string, tolerations []corev1.Toleration) {
+	t.Helper()
+	ctx := testapi.Context(t)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: corev1.PodSpec{
+			NodeName:    node,
+			Containers:  []corev1.Container{{Name: "app", Image: "busybox"}},
+			Tolerations: tolerations,
+		},
+	}
+	if _, err := client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create pod %s: %v", name, err)
+	}
+}
