@@ -9,6 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodenet/nodenet/controllers/internal/nodefit"
 )
 
 // ReasonTaintManagerEviction is the event reason upstream's taint manager
@@ -25,7 +27,7 @@ func evictionDelay(pod *corev1.Pod, taint *corev1.Taint) (delay time.Duration, f
 	var least int64
 	for i := range pod.Spec.Tolerations {
 		tol := &pod.Spec.Tolerations[i]
-		if !tolerates(tol, taint) {
+		if !nodefit.Tolerates(tol, taint) {
 			continue
 		}
 		if tol.TolerationSeconds == nil {
@@ -37,25 +39,6 @@ func evictionDelay(pod *corev1.Pod, taint *corev1.Taint) (delay time.Duration, f
 		tolerated = true
 	}
 	return time.Duration(least) * time.Second, false
-}
-
-// tolerates reports whether tol tolerates taint (the API's matching rules
-// for the Exists and Equal operators; an empty key with Exists tolerates
-// every taint, an empty effect every effect).
-func tolerates(tol *corev1.Toleration, taint *corev1.Taint) bool {
-	if tol.Effect != "" && tol.Effect != taint.Effect {
-		return false
-	}
-	if tol.Key != "" && tol.Key != taint.Key {
-		return false
-	}
-	switch tol.Operator {
-	case corev1.TolerationOpExists:
-		return true
-	case corev1.TolerationOpEqual, "":
-		return tol.Key != "" && tol.Value == taint.Value
-	}
-	return false
 }
 
 // noExecuteTaint is the node's unreachable NoExecute taint (nil: none).
