@@ -151,6 +151,82 @@ func (s *staleUDP) MatchConntrackFlow(flow *netlink.ConntrackFlow) bool {
 	return false
 }
 
+// untranslated is the set of flows to service VIPs that no rule translated:
+// their reply would come from the VIP itself. While a service port has
+// reachable endpoints its rules DNAT every new flow to its VIPs, so such a
+// flow was created while the rules were missing (the proxy's chain or table
+// flushed by hand, a firewall reload, the node before the first sync). The
+// kernel decides NAT on a flow's first packet only and keeps the untranslated
+// binding for the flow's life: a TCP client reusing the 5-tuple sends its SYN
+// into the SYN_SENT entry (120 s, renewed by every SYN), a UDP client into
+// the unreplied one, and both go on timing out after the rules are back.
+// The chaos suite saw this as bursts of ClusterIP timeouts for minutes after
+// the flush fault, whenever node-1's client's ephemeral ports came round to
+// the poisoned ones.
+type untranslated map[protoAddrPort]struct{}
+
+type protoAddrPort struct {
+	proto uint8
+	dst   netip.AddrPort
+}
+
+// untranslatedFlows lists every VIP:port of the service ports in snap that
+// have reachable endpoints, for a full sync (a repair among them) to delete
+// the flows to them that bypassed the rules.
+func untranslatedFlows(snap *Snapshot) untranslated {
+	u := untranslated{}
+	for _, sp := range snap.Services {
+		if len(sp.Selected.AllReachable) == 0 {
+			continue
+		}
+		proto, ok := ipProto(sp.Protocol)
+		if !ok {
+			continue
+		}
+		for _, v := range vips(sp) {
+			u[protoAddrPort{proto, v}] = struct{}{}
+		}
+	}
+	return u
+}
+
+func ipProto(p Protocol) (uint8, bool) {
+	switch p {
+	case TCP:
+		return unix.IPPROTO_TCP, true
+	case UDP:
+		return unix.IPPROTO_UDP, true
+	case SCTP:
+		return unix.IPPROTO_SCTP, true
+	}
+	return 0, false
+}
+
+// MatchConntrackFlow implements netlink.CustomConntrackFilter.
+func (u untranslated) MatchConntrackFlow(flow *netlink.ConntrackFlow) bool {
+	dst, ok1 := addrPort(flow.Forward.DstIP, flow.Forward.DstPort)
+	be, ok2 := addrPort(flow.Reverse.SrcIP, flow.Reverse.SrcPort)
+	if !ok1 || !ok2 || be != dst {
+		return false
+	}
+	_, ok := u[protoAddrPort{flow.Forward.Protocol, dst}]
+	return ok
+}
+
+// anyFilter matches a flow any of its filters matches, so that one table
+// dump serves them all.
+type anyFilter []netlink.CustomConntrackFilter
+
+// MatchConntrackFlow implements netlink.CustomConntrackFilter.
+func (a anyFilter) MatchConntrackFlow(flow *netlink.ConntrackFlow) bool {
+	for _, f := range a {
+		if f.MatchConntrackFlow(flow) {
+			return true
+		}
+	}
+	return false
+}
+
 func addrPort(ip net.IP, port uint16) (netip.AddrPort, bool) {
 	a, ok := netip.AddrFromSlice(ip)
 	if !ok {

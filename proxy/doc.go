@@ -48,8 +48,13 @@
 // on snap.NodePorts (All local addresses, or the resolved
 // --nodeport-addresses; see NodePortAddresses.Resolve).
 //
-// UDP conntrack cleanup and the healthCheckNodePort servers are done by the
-// core after a successful Sync; data planes do not touch conntrack.
+// Conntrack cleanup and the healthCheckNodePort servers are done by the
+// core after a successful Sync; data planes do not touch conntrack. The core
+// deletes UDP flows a sync made stale (to removed endpoints, to VIPs that
+// had none) and, on every full sync, the flows of any protocol to a VIP with
+// endpoints that no rule translated: they were created while the rules were
+// missing (the full sync is the repair) and would keep the client's 5-tuple
+// untranslated after it.
 //
 // Bad input (unparseable IPs, port 0, unknown protocols) never reaches a
 // data plane: ServicePortsFor / EndpointsFor skip it with errors wrapping

@@ -41,7 +41,8 @@ type Config struct {
 	// default 30s (kube-proxy's canary period), negative: never.
 	IntegrityCheckPeriod time.Duration
 
-	// Conntrack deletes stale UDP flows (nil: no cleanup).
+	// Conntrack deletes stale UDP flows and flows that bypassed missing
+	// rules (nil: no cleanup).
 	Conntrack Conntrack
 	// HealthCheckListen opens healthCheckNodePort listeners (nil:
 	// DefaultListen).
@@ -364,24 +365,33 @@ func (p *Proxy) syncFamily(ctx context.Context, f Family, snap *Snapshot, cs Cha
 	return nil
 }
 
-// cleanConntrack deletes the UDP flows the sync just made stale; was holds
-// the ports changed since the last successful sync, as it programmed them.
+// cleanConntrack deletes the UDP flows the sync just made stale (was holds
+// the ports changed since the last successful sync, as it programmed them)
+// and, on a full sync, the flows to VIPs that bypassed missing rules (see
+// untranslated): a full sync is what repairs rules removed behind the
+// proxy's back, and the flows created meanwhile outlive the repair.
 func (p *Proxy) cleanConntrack(f Family, was map[ServicePortName]*ServicePort, next *Snapshot, cs ChangeSet) {
 	if p.cfg.Conntrack == nil || !p.programmed[f] && !cs.Full {
 		return
 	}
-	stale := staleUDPFlows(was, next)
-	if stale.empty() {
+	var filter anyFilter
+	if stale := staleUDPFlows(was, next); !stale.empty() {
+		filter = append(filter, stale)
+	}
+	if u := untranslatedFlows(next); cs.Full && len(u) > 0 {
+		filter = append(filter, u)
+	}
+	if len(filter) == 0 {
 		return
 	}
 	start := time.Now()
-	n, err := p.cfg.Conntrack.DeleteFlows(f, stale)
+	n, err := p.cfg.Conntrack.DeleteFlows(f, filter)
 	p.metrics.ConntrackReconcileLatency.WithLabelValues(f.String()).Observe(time.Since(start).Seconds())
 	p.metrics.ConntrackDeletedEntries.WithLabelValues(f.String()).Add(float64(n))
 	if err != nil {
 		// Not fatal for the sync: the rules are right; stale flows age out.
 		p.metrics.ConntrackFailures.Inc()
-		p.log.Warn("clean stale UDP conntrack entries", "family", f, "err", err)
+		p.log.Warn("clean stale conntrack entries", "family", f, "err", err)
 	}
 }
 

@@ -560,3 +560,44 @@ func TestSortedPorts(t *testing.T) {
 		t.Errorf("from Ports: %v, want %v", given, want)
 	}
 }
+
+func TestUntranslatedFlows(t *testing.T) {
+	web := ServicePortName{NamespacedName: types.NamespacedName{Namespace: "a", Name: "web"}, Port: "http", Protocol: TCP}
+	empty := ServicePortName{NamespacedName: types.NamespacedName{Namespace: "a", Name: "empty"}, Port: "http", Protocol: TCP}
+	sp := &ServicePort{Name: web, ClusterIP: netip.MustParseAddr("10.96.0.1"), Port: 80, Protocol: TCP,
+		LoadBalancerIPs: []netip.Addr{netip.MustParseAddr("192.168.60.10")},
+		Endpoints:       []Endpoint{{IP: netip.MustParseAddr("10.244.0.1"), Port: 8080, Ready: true, Serving: true}}}
+	sp.Selected = SelectEndpoints(sp, NodeInfo{})
+	none := &ServicePort{Name: empty, ClusterIP: netip.MustParseAddr("10.96.0.2"), Port: 80, Protocol: TCP}
+	none.Selected = SelectEndpoints(none, NodeInfo{})
+	u := untranslatedFlows(&Snapshot{Services: map[ServicePortName]*ServicePort{web: sp, empty: none}})
+	flow := func(proto uint8, dst string, dport uint16, be string, bport uint16) *netlink.ConntrackFlow {
+		f := &netlink.ConntrackFlow{}
+		f.Forward.Protocol, f.Forward.DstIP, f.Forward.DstPort = proto, net.ParseIP(dst), dport
+		f.Reverse.SrcIP, f.Reverse.SrcPort = net.ParseIP(be), bport
+		return f
+	}
+	for _, c := range []struct {
+		what string
+		f    *netlink.ConntrackFlow
+		want bool
+	}{
+		{"untranslated to the ClusterIP", flow(6, "10.96.0.1", 80, "10.96.0.1", 80), true},
+		{"untranslated to the LB IP", flow(6, "192.168.60.10", 80, "192.168.60.10", 80), true},
+		{"DNATed to the endpoint", flow(6, "10.96.0.1", 80, "10.244.0.1", 8080), false},
+		{"UDP to a TCP service's port", flow(17, "10.96.0.1", 80, "10.96.0.1", 80), false},
+		{"another port of the VIP", flow(6, "10.96.0.1", 81, "10.96.0.1", 81), false},
+		{"a service without endpoints (rejected, nothing to translate to)", flow(6, "10.96.0.2", 80, "10.96.0.2", 80), false},
+		{"pod to pod", flow(6, "10.244.0.1", 8080, "10.244.0.1", 8080), false},
+	} {
+		if got := u.MatchConntrackFlow(c.f); got != c.want {
+			t.Errorf("%s: match = %v, want %v", c.what, got, c.want)
+		}
+	}
+	if anyFilter(nil).MatchConntrackFlow(flow(6, "10.96.0.1", 80, "10.96.0.1", 80)) {
+		t.Error("an empty anyFilter matched")
+	}
+	if !(anyFilter{&staleUDP{}, u}).MatchConntrackFlow(flow(6, "10.96.0.1", 80, "10.96.0.1", 80)) {
+		t.Error("anyFilter missed its second filter's match")
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -140,12 +142,14 @@ func parseSample(l string) (name string, labels map[string]string, value float64
 // every failure counted is the other nodes' clients failing over) cut off
 // from the node network (its veth on the vpc bridge down) for hold, then
 // back. The suite runs the cluster with a node monitor grace period
-// shorter than hold (nodeGrace), so the node goes NotReady, the node
-// lifecycle controller sets its pods not ready and the EndpointSlice
-// controller marks their endpoints not ready (they stay in the slices:
-// the pods are not deleted, as nothing evicts them), which takes them out
-// of every proxy's rules. The note says when each happened; green is the
-// node Ready with every stable endpoint back.
+// shorter than hold (nodeGrace), so the node goes NotReady: the node
+// lifecycle controller sets its pods not ready (their endpoints leave
+// every proxy's rules) and taints it unreachable, and evictAfter later
+// evicts its echo pods, whose endpoints turn terminating. When the link
+// returns the node agent finishes the deletions, the endpoints are
+// removed, and the suite creates the node's echo pods again (as their
+// controller would). The note says when each happened; green is the node
+// Ready with the stable number of endpoints ready again.
 func linkDown(hold time.Duration) func(ctx context.Context, e *env) (Outcome, error) {
 	return func(ctx context.Context, e *env) (Outcome, error) {
 		i := len(e.nodes)
@@ -155,13 +159,18 @@ func linkDown(hold time.Duration) func(ctx context.Context, e *env) (Outcome, er
 		if _, err := run(ctx, "ip", "-n", vpc, "link", "set", link, "down"); err != nil {
 			return o, err
 		}
-		var notReady, left time.Duration
+		var notReady, left, terminating time.Duration
 		for time.Since(o.Start) < hold && ctx.Err() == nil {
 			if notReady == 0 && !isReady(ctx, e, node) {
 				notReady = time.Since(o.Start)
 			}
-			if n, err := readyEndpoints(ctx, e.cs); left == 0 && err == nil && n < stable {
-				left = time.Since(o.Start)
+			if c, err := countEndpoints(ctx, e.cs); err == nil {
+				if left == 0 && c.ready < stable {
+					left = time.Since(o.Start)
+				}
+				if terminating == 0 && c.terminating > 0 {
+					terminating = time.Since(o.Start)
+				}
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
@@ -169,24 +178,41 @@ func linkDown(hold time.Duration) func(ctx context.Context, e *env) (Outcome, er
 			return o, fmt.Errorf("bring %s back up: %w", link, err)
 		}
 		o.Restored = time.Now()
-		var readyAgain time.Duration
+		var readyAgain, removed time.Duration
+		recreated := false
+		var errs []error
 		o.Green = waitFor(ctx, e.timeout, func() bool {
 			ready := isReady(ctx, e, node)
 			if ready && readyAgain == 0 {
 				readyAgain = time.Since(o.Restored)
 			}
-			n, err := readyEndpoints(ctx, e.cs)
-			return err == nil && n == stable && ready
+			c, err := countEndpoints(ctx, e.cs)
+			if err != nil {
+				return false
+			}
+			if !recreated && terminating > 0 && c.all == stable-echoPerNode && c.terminating == 0 {
+				removed = time.Since(o.Restored)
+				if err := createEchoPods(ctx, e.cs, node, true); err != nil && !apierrors.IsAlreadyExists(err) {
+					errs = append(errs, err)
+				}
+				recreated = true
+			}
+			return c.ready == stable && ready && (recreated || terminating == 0)
 		})
-		o.Note = fmt.Sprintf("%s's link down %s (grace period %s); %s; %s; after the link returned: Ready after %.1f s",
-			node, hold, nodeGrace, when(node+" NotReady", notReady), when("its endpoints not ready in the Service", left), readyAgain.Seconds())
+		o.Note = fmt.Sprintf("%s's link down %s (grace period %s, echo pods tolerating it %s); %s; %s; %s; after the link returned: Ready after %.1f s",
+			node, hold, nodeGrace, evictAfter, when(node+" NotReady", notReady), when("its endpoints not ready in the Service", left),
+			when("evicted, endpoints terminating", terminating), readyAgain.Seconds())
+		if removed > 0 {
+			o.Note += fmt.Sprintf(", the evicted pods' endpoints removed after %.1f s (pods created again)", removed.Seconds())
+		}
 		if !o.Green.IsZero() {
 			o.Note += fmt.Sprintf(", every endpoint ready after %.1f s", o.Green.Sub(o.Restored).Seconds())
 		}
-		if notReady == 0 || left == 0 {
-			return o, fmt.Errorf("%s cut off for %s with a grace period of %s: %s; %s", node, hold, nodeGrace, when("NotReady", notReady), when("endpoints left", left))
+		if notReady == 0 || left == 0 || terminating == 0 {
+			errs = append(errs, fmt.Errorf("%s cut off for %s with a grace period of %s: %s; %s; %s", node, hold, nodeGrace,
+				when("NotReady", notReady), when("endpoints left", left), when("endpoints terminating", terminating)))
 		}
-		return o, nil
+		return o, errors.Join(errs...)
 	}
 }
 

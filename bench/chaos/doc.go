@@ -34,8 +34,12 @@
 // LISTs and WATCHes the new process serves in its first 15 s; node-3's
 // veth on the vpc bridge down for 40 s, longer than the cluster's node
 // monitor grace period (the suite runs `up --node-monitor-grace-period
-// 25s`), so node-3 goes NotReady and its endpoints leave the Service
-// (the note: when each happened, when node and endpoints were back);
+// 25s`), so node-3 goes NotReady, its endpoints leave the Service's ready
+// set, its echo pods (which tolerate the unreachable taint 5 s, where the
+// API server's default is 300 s) are evicted and their endpoints turn
+// terminating, then are removed once the link is back and the node agent
+// has finished the deletions; the suite then creates node-3's echo pods
+// again (the note: when each happened, when node and endpoints were back);
 // node-3 restarted (noderestart.go, through cluster.RestartNodeVia, the
 // path of `nodenet node restart`: every process of the node and its pods
 // killed, their namespaces and the node's /run removed, the node back

@@ -76,23 +76,34 @@ type Tally struct {
 	MaxStall time.Duration
 }
 
-// tally attributes reports and failures to [from, to): a failure by its
-// own time, a second's attempts by the report's time.
+// tally attributes reports and failures to [from, to): a failure, as an
+// attempt and as a failure, by its own time (when the attempt started); a
+// second's successful attempts by the report's time. A report counts the
+// attempts that completed in its second, failed ones included, and a failed
+// attempt can complete long after it started (a 1 s timeout, and more on a
+// stalled client): counting a report's attempts whole by the report's time
+// but its failures by their own put failures and their attempts in
+// different windows, and a window could show more failures than attempts.
 func tally(reps []loadgen.Report, from, to time.Time) Tally {
 	t := Tally{Attempts: map[string]int{}, Failed: map[string]int{}, Errors: map[string]int{}}
+	in := func(at time.Time) bool { return !at.Before(from) && at.Before(to) }
 	for _, r := range reps {
-		rt := time.UnixMilli(r.T)
-		if !rt.Before(from) && rt.Before(to) {
+		if in(time.UnixMilli(r.T)) {
+			failed := map[string]int{}
+			for _, f := range r.Failures {
+				failed[f.Kind]++
+			}
 			for k, n := range r.Attempts {
-				t.Attempts[k] += n
+				t.Attempts[k] += max(n-failed[k], 0)
 			}
 			t.MaxStall = max(t.MaxStall, time.Duration(r.StallMs)*time.Millisecond)
 		}
 		for _, f := range r.Failures {
 			ft := time.UnixMilli(f.T)
-			if ft.Before(from) || !ft.Before(to) {
+			if !in(ft) {
 				continue
 			}
+			t.Attempts[f.Kind]++
 			t.Failed[f.Kind]++
 			t.Errors[f.Kind+": "+shortErr(f.Err)]++
 			if ft.After(t.LastFailure) {

@@ -41,7 +41,9 @@ func TestTallyAttributesByTimestamp(t *testing.T) {
 		{T: 3000, Attempts: map[string]int{"udp": 10}},
 	}
 	got := tally(reps, at(1000), at(2500))
-	if got.Attempts["udp"] != 20 || got.Failed["udp"] != 1 || got.Failed["long"] != 1 || !got.LastFailure.Equal(at(1999)) {
+	// udp: 9 + 9 successes by their reports' time, the failure at 1200 by
+	// its own; the one at 900 belongs to the window before.
+	if got.Attempts["udp"] != 19 || got.Failed["udp"] != 1 || got.Failed["long"] != 1 || !got.LastFailure.Equal(at(1999)) {
 		t.Errorf("tally %+v", got)
 	}
 }
@@ -99,5 +101,39 @@ func TestDNATTargetPattern(t *testing.T) {
 	}
 	if strings.Join(got, " ") != "10.244.1.5 10.244.0.7 10.244.2.9" {
 		t.Errorf("DNAT targets %v", got)
+	}
+}
+
+// A stalled client reports its timed-out attempts late: the failures
+// belong to the window they started in, and so do their attempts, so no
+// window ever shows more failures than attempts (the churn line once read
+// "33761 / 32101 (105.17%)").
+func TestTallyNeverMoreFailuresThanAttempts(t *testing.T) {
+	at := func(ms int64) time.Time { return time.UnixMilli(ms) }
+	kind := loadgen.KindNew("clusterip")
+	var late []loadgen.Failure
+	for ms := int64(0); ms < 2000; ms += 10 {
+		late = append(late, loadgen.Failure{T: 8000 + ms, Kind: kind, Err: "i/o timeout"})
+	}
+	reps := []loadgen.Report{
+		{T: 9000, Attempts: map[string]int{kind: 100}},
+		{T: 10_000, Attempts: map[string]int{kind: 100}},
+		// The client stalled: 200 attempts started in [8 s, 10 s) failed
+		// and were reported at 13 s, with 50 successes of that second.
+		{T: 13_000, Attempts: map[string]int{kind: 250}, Failures: late},
+	}
+	for _, w := range [][2]int64{{8000, 10_000}, {8000, 11_000}, {10_000, 14_000}, {0, 20_000}} {
+		got := tally(reps, at(w[0]), at(w[1]))
+		if got.Failed[kind] > got.Attempts[kind] {
+			t.Errorf("window %v: %d failed of %d attempts", w, got.Failed[kind], got.Attempts[kind])
+		}
+	}
+	all := tally(reps, at(0), at(20_000))
+	if all.Attempts[kind] != 450 || all.Failed[kind] != 200 {
+		t.Errorf("whole run: %d failed of %d, want 200 of 450", all.Failed[kind], all.Attempts[kind])
+	}
+	first := tally(reps, at(8000), at(10_000))
+	if first.Attempts[kind] != 300 || first.Failed[kind] != 200 {
+		t.Errorf("[8 s, 10 s): %d failed of %d, want 200 of 300 (100 reported at 9 s, the 200 failures started in it)", first.Failed[kind], first.Attempts[kind])
 	}
 }

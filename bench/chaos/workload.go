@@ -53,12 +53,9 @@ func deployWorkload(ctx context.Context, cs kubernetes.Interface, nodes []corev1
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: workloadNS}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, fmt.Errorf("create namespace: %w", err)
 	}
-	for _, n := range nodes {
-		for k := 1; k <= echoPerNode; k++ {
-			p := pinned(cluster.EchoPod(workloadNS, fmt.Sprintf("echo-%s-%d", n.Name, k), echoLabels), n.Name)
-			if _, err := cs.CoreV1().Pods(workloadNS).Create(ctx, p, metav1.CreateOptions{}); err != nil {
-				return nil, fmt.Errorf("create echo pod: %w", err)
-			}
+	for i, n := range nodes {
+		if err := createEchoPods(ctx, cs, n.Name, i == len(nodes)-1); err != nil {
+			return nil, err
 		}
 	}
 	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: workloadNS, Name: serviceName}, Spec: corev1.ServiceSpec{
@@ -135,21 +132,58 @@ func internalIP(n corev1.Node) string {
 	return ""
 }
 
-// readyEndpoints counts the Service's ready endpoints.
-func readyEndpoints(ctx context.Context, cs kubernetes.Interface) (int, error) {
+// evictAfter is how long the echo pods of the node the link-down fault
+// cuts off tolerate the node's unreachable taint: short, so that their
+// eviction (endpoints terminating, then removed) shows within the cut,
+// where the API server's default (300 s) would outlast it.
+const evictAfter = 5 * time.Second
+
+// createEchoPods creates the echo pods of a node; cutOff: the node the
+// link-down fault cuts off, whose pods tolerate its absence evictAfter.
+func createEchoPods(ctx context.Context, cs kubernetes.Interface, node string, cutOff bool) error {
+	for k := 1; k <= echoPerNode; k++ {
+		p := pinned(cluster.EchoPod(workloadNS, fmt.Sprintf("echo-%s-%d", node, k), echoLabels), node)
+		if cutOff {
+			secs := int64(evictAfter.Seconds())
+			p.Spec.Tolerations = append(p.Spec.Tolerations, corev1.Toleration{
+				Key: corev1.TaintNodeUnreachable, Operator: corev1.TolerationOpExists,
+				Effect: corev1.TaintEffectNoExecute, TolerationSeconds: &secs,
+			})
+		}
+		if _, err := cs.CoreV1().Pods(workloadNS).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create echo pod %s: %w", p.Name, err)
+		}
+	}
+	return nil
+}
+
+// endpointCounts are the Service's endpoints by condition.
+type endpointCounts struct{ ready, terminating, all int }
+
+func countEndpoints(ctx context.Context, cs kubernetes.Interface) (endpointCounts, error) {
 	slices, err := cs.DiscoveryV1().EndpointSlices(workloadNS).List(ctx, metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=" + serviceName})
 	if err != nil {
-		return 0, err
+		return endpointCounts{}, err
 	}
-	n := 0
+	var c endpointCounts
 	for _, sl := range slices.Items {
 		for _, ep := range sl.Endpoints {
+			c.all++
 			if ep.Conditions.Ready == nil || *ep.Conditions.Ready {
-				n++
+				c.ready++
+			}
+			if ep.Conditions.Terminating != nil && *ep.Conditions.Terminating {
+				c.terminating++
 			}
 		}
 	}
-	return n, nil
+	return c, nil
+}
+
+// readyEndpoints counts the Service's ready endpoints.
+func readyEndpoints(ctx context.Context, cs kubernetes.Interface) (int, error) {
+	c, err := countEndpoints(ctx, cs)
+	return c.ready, err
 }
 
 // sortNodes orders nodes by name: node-1 is the faulted one.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
@@ -185,6 +186,65 @@ func TestOptions(t *testing.T) {
 	} {
 		if err := tc.o.Validate(); err == nil || !strings.Contains(err.Error(), tc.flag) {
 			t.Errorf("%+v: err %v, want one naming %s", tc.o, err, tc.flag)
+		}
+	}
+}
+
+// TestEvictionAfterToleration: on an unreachable node, a pod is deleted
+// once its toleration of the unreachable NoExecute taint runs out (counted
+// from the taint's timeAdded); a pod tolerating the taint without a limit,
+// one with the API server's default 300 s and the pods of a healthy node
+// stay; a pod tolerating nothing goes at once.
+func TestEvictionAfterToleration(t *testing.T) {
+	s := testapi.Start(t)
+	ctx := testapi.Context(t)
+	for _, n := range []string{"alive", "dying"} {
+		createNode(t, s.Client, n)
+	}
+	startHeartbeat(t, s.Client, "alive")
+	dying := startHeartbeat(t, s.Client, "dying")
+	unreachable := func(seconds *int64, op corev1.TolerationOperator) []corev1.Toleration {
+		return []corev1.Toleration{{Key: corev1.TaintNodeUnreachable, Operator: op, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: seconds}}
+	}
+	three := int64(3)
+	createTolerantPod(t, s.Client, "short", "dying", unreachable(&three, corev1.TolerationOpExists))
+	createTolerantPod(t, s.Client, "forever", "dying", unreachable(nil, corev1.TolerationOpExists))
+	// Tolerating only another taint: the admission still adds the default
+	// 300 s for unreachable, so this one stays too.
+	createTolerantPod(t, s.Client, "default", "dying", []corev1.Toleration{{Key: "example.com/other", Operator: corev1.TolerationOpExists}})
+	createTolerantPod(t, s.Client, "short-on-alive", "alive", unreachable(&three, corev1.TolerationOpExists))
+	startController(t, s.Client)
+
+	dying.stop()
+	testapi.Eventually(t, timeout, "unreachable taints", func() bool { return unreachableTaintCount(getNode(t, s.Client, "dying")) == 2 })
+	var added time.Time
+	for _, taint := range getNode(t, s.Client, "dying").Spec.Taints {
+		if taint.Effect == corev1.TaintEffectNoExecute {
+			added = taint.TimeAdded.Time
+		}
+	}
+	gone := func(name string) bool {
+		p, err := s.Client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err) || err == nil && p.DeletionTimestamp != nil
+	}
+	// A pod created after the taint with nothing tolerating it: the
+	// admission adds the default tolerations only for pods that do not
+	// name the key, so an Equal toleration with another value than the
+	// taint's leaves it tolerating nothing.
+	intolerant := unreachable(nil, corev1.TolerationOpEqual)
+	intolerant[0].Value = "another-value"
+	createTolerantPod(t, s.Client, "intolerant", "dying", intolerant)
+	testapi.Eventually(t, timeout, "pod intolerant evicted", func() bool { return gone("intolerant") })
+	testapi.Eventually(t, timeout, "pod short evicted", func() bool { return gone("short") })
+	// timeAdded has second precision: the eviction is due between 3 s and
+	// 4 s after the recorded time.
+	if took := time.Since(added); took < 3*time.Second {
+		t.Errorf("pod short evicted %v after the taint, before its 3 s toleration", took)
+	}
+	time.Sleep(time.Second)
+	for _, name := range []string{"forever", "default", "short-on-alive"} {
+		if gone(name) {
+			t.Errorf("pod %s evicted", name)
 		}
 	}
 }

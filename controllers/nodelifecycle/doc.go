@@ -24,6 +24,18 @@
 // restored here: only the node agent (the kubelet's role) knows whether the
 // containers are ready again, and it posts that itself.
 //
-// Evicting pods from unreachable nodes (upstream's taint manager acting on
-// the NoExecute taint) is not done.
+// Pods on an unreachable node are evicted (deleted) once their toleration
+// of the unreachable NoExecute taint runs out, as upstream's taint manager
+// does: the smallest tolerationSeconds among the pod's tolerations of the
+// taint, counted from the taint's timeAdded; a toleration without
+// tolerationSeconds keeps the pod for good, and a pod tolerating nothing
+// goes at once. The bundled API server's admission gives every pod that
+// does not say otherwise 300 s (upstream's DefaultTolerationSeconds), the
+// DaemonSet controller gives its pods the unlimited toleration. An evicted
+// pod is terminating: the EndpointSlice controller keeps its endpoint with
+// ready=false, terminating=true, and it leaves the Service when the pod is
+// gone, once the node agent confirms (when the node is back) or at once
+// for a grace period of 0. The node's node.kubernetes.io/not-ready taint
+// (for a node agent that posts Ready=False) is not set here: nodenet's node
+// agent only ever posts Ready=True, silence being its only way to fail.
 package nodelifecycle

@@ -103,25 +103,14 @@ func (h *heartbeat) stop() time.Time {
 // createReadyPod puts a running, ready pod on the node.
 func createReadyPod(t *testing.T, client kubernetes.Interface, name, node string) {
 	t.Helper()
-	ctx := testapi.Context(t)
-	pod := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
-		Spec: corev1.PodSpec{
-			NodeName:   node,
-			Containers: []corev1.Container{{Name: "app", Image: "busybox"}},
-		},
-	}
-	created, err := client.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatalf("create pod %s: %v", name, err)
-	}
+	created := createTolerantPod(t, client, name, node, nil)
 	now := metav1.Now()
 	created.Status.Phase = corev1.PodRunning
 	created.Status.Conditions = []corev1.PodCondition{
 		{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
 		{Type: corev1.ContainersReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
 	}
-	if _, err := client.CoreV1().Pods("default").UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+	if _, err := client.CoreV1().Pods("default").UpdateStatus(testapi.Context(t), created, metav1.UpdateOptions{}); err != nil {
 		t.Fatalf("mark pod %s ready: %v", name, err)
 	}
 }
@@ -173,4 +162,22 @@ func assertHealthy(t *testing.T, client kubernetes.Interface, name string) {
 	if r := readyOf(n); r.Status != corev1.ConditionTrue || unreachableTaintCount(n) != 0 {
 		t.Errorf("node %s: Ready=%s (%s), %d unreachable taints; want Ready=True and no taints", name, r.Status, r.Reason, unreachableTaintCount(n))
 	}
+}
+
+// createTolerantPod puts a pod with these tolerations on the node.
+func createTolerantPod(t *testing.T, client kubernetes.Interface, name, node string, tolerations []corev1.Toleration) *corev1.Pod {
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: corev1.PodSpec{
+			NodeName:    node,
+			Containers:  []corev1.Container{{Name: "app", Image: "busybox"}},
+			Tolerations: tolerations,
+		},
+	}
+	created, err := client.CoreV1().Pods("default").Create(testapi.Context(t), pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create pod %s: %v", name, err)
+	}
+	return created
 }

@@ -59,7 +59,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		return c.markReachable(ctx, node, lease)
 	}
 	c.setUnreachable(name, true)
-	return c.markUnreachable(ctx, node)
+	return c.markUnreachable(ctx, node, now)
 }
 
 // lastHeartbeat is the newest sign of life of a node. Creation counts, so
@@ -128,9 +128,10 @@ func setReady(node *corev1.Node, cond corev1.NodeCondition) {
 	node.Status.Conditions = append(node.Status.Conditions, cond)
 }
 
-// markUnreachable sets Ready Unknown, taints the node and takes its pods out
-// of service. Each step checks first, so a retry only redoes what failed.
-func (c *Controller) markUnreachable(ctx context.Context, node *corev1.Node) error {
+// markUnreachable sets Ready Unknown, taints the node, takes its pods out
+// of service and evicts those whose toleration of the taint ran out. Each
+// step checks first, so a retry only redoes what failed.
+func (c *Controller) markUnreachable(ctx context.Context, node *corev1.Node, at time.Time) error {
 	now := metav1.Now()
 	if ready := readyCondition(node); ready == nil || ready.Status != corev1.ConditionUnknown {
 		upd := node.DeepCopy()
@@ -159,11 +160,20 @@ func (c *Controller) markUnreachable(ctx context.Context, node *corev1.Node) err
 			t.TimeAdded = &now
 			upd.Spec.Taints = append(upd.Spec.Taints, t)
 		}
-		if _, err := c.client.CoreV1().Nodes().Update(ctx, upd, metav1.UpdateOptions{}); err != nil {
+		out, err := c.client.CoreV1().Nodes().Update(ctx, upd, metav1.UpdateOptions{})
+		if err != nil {
 			return fmt.Errorf("taint node %s unreachable: %w", node.Name, err)
 		}
+		node = out
 	}
-	return c.markPodsNotReady(ctx, node.Name)
+	if err := c.markPodsNotReady(ctx, node.Name); err != nil {
+		return err
+	}
+	next, err := c.evictPods(ctx, node, at)
+	if next > 0 {
+		c.queue.AddAfter(node.Name, next+deadlineSlack)
+	}
+	return err
 }
 
 // markReachable undoes what markUnreachable did to the node itself.

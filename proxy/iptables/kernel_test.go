@@ -1,8 +1,13 @@
 package iptables
 
 import (
+	"net"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
 
 	ipt "github.com/nodenet/nodenet/internal/iptables"
 	"github.com/nodenet/nodenet/internal/nettest"
@@ -97,5 +102,56 @@ func TestKernelLeavesOtherDaemonsChains(t *testing.T) {
 		if strings.HasPrefix(l, ":") && Owns(strings.Fields(l[1:])[0]) {
 			t.Errorf("clean-up left the proxy's chain %s", l)
 		}
+	}
+}
+
+// TestKernelRepairUnpoisonsClientTuples: while nat NODENET-SERVICES is
+// flushed by hand, a client's SYN to a ClusterIP leaves the node
+// untranslated and conntrack records the flow so (SYN_SENT, 120 s, renewed
+// by each SYN). The repair puts the rules back, but NAT is decided on a
+// flow's first packet only: the client's next connection from the same
+// source port would match that entry and leave untranslated again. The
+// chaos suite saw bursts of ClusterIP timeouts for minutes after its flush
+// fault, whenever the client's ephemeral ports came round. The repair (a
+// full sync) deletes such flows, so the same 5-tuple connects.
+func TestKernelRepairUnpoisonsClientTuples(t *testing.T) {
+	nettest.RequirePrivileged(t)
+	e := proxytest.NewEnv(t, func(t testing.TB, node *nettest.NS, f proxy.Family) proxy.DataPlane {
+		return New(f, kernelRunner(node, f, ipt.NFT), testapi.Logger())
+	})
+	p := e.StartProxy(t)
+	svc := e.CreateService(t, proxytest.Service("repair", v1.ProtocolTCP, proxytest.TCPPort))
+	e.SetEndpoints(t, svc, proxytest.TCPPort, proxytest.Pod1)
+	vip := net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(proxytest.TCPPort))
+	proxytest.Eventually(t, 10*time.Second, "service answers", func() error {
+		_, err := proxytest.DialTCP(e.Client, vip, time.Second)
+		return err
+	})
+	// One fixed source port, as a client whose ephemeral ports wrap.
+	from := &net.TCPAddr{IP: net.ParseIP(proxytest.ClientIP), Port: 41234}
+	dial := func(timeout time.Duration) error {
+		return e.Client.Do(func() error {
+			d := net.Dialer{LocalAddr: from, Timeout: timeout}
+			c, err := d.Dial("tcp", vip)
+			if err != nil {
+				return err
+			}
+			return c.Close()
+		})
+	}
+	e.Node.MustExec(t, "iptables-nft", "-t", "nat", "-F", chainServices)
+	if err := dial(500 * time.Millisecond); err == nil {
+		t.Fatal("connected through a flushed NODENET-SERVICES")
+	}
+	flows := string(e.Node.MustExec(t, "conntrack", "-L", "-p", "tcp", "--sport", "41234"))
+	if !strings.Contains(flows, "SYN_SENT") || !strings.Contains(flows, "src="+svc.Spec.ClusterIP) {
+		t.Fatalf("no untranslated SYN_SENT flow to the VIP after the flushed dial:\n%s", flows)
+	}
+	// What the integrity check triggers on finding the chain flushed.
+	if err := p.SyncNow(t.Context(), true); err != nil {
+		t.Fatal(err)
+	}
+	if err := dial(2 * time.Second); err != nil {
+		t.Fatalf("same 5-tuple after the repair: %v\nflows:\n%s", err, e.Node.MustExec(t, "conntrack", "-L", "-p", "tcp", "--sport", "41234"))
 	}
 }
