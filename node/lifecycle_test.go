@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/nodenet/nodenet/node/shim"
 )
 
 // The pod lifecycle's pieces that need neither a cluster nor the kernel:
@@ -321,7 +323,7 @@ func TestLogLayout(t *testing.T) {
 
 func TestCRILines(t *testing.T) {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 600, time.FixedZone("x", 3600))
-	line := criLine(at, "stderr", false, []byte("half a line"))
+	line := shim.CRILine(at, "stderr", false, []byte("half a line"))
 	if string(line) != "2026-01-02T02:04:05.0000006Z stderr P half a line\n" {
 		t.Errorf("CRI line %q", line)
 	}
@@ -330,7 +332,7 @@ func TestCRILines(t *testing.T) {
 		t.Errorf("parsed %+v", r)
 	}
 	// Content may hold spaces and look like a record itself.
-	r = parseRecord(bytes.TrimSuffix(criLine(at, "stdout", true, []byte("a b F c")), []byte("\n")))
+	r = parseRecord(bytes.TrimSuffix(shim.CRILine(at, "stdout", true, []byte("a b F c")), []byte("\n")))
 	if !r.full || string(r.content) != "a b F c" {
 		t.Errorf("parsed %+v", r)
 	}
@@ -341,20 +343,7 @@ func TestCRILines(t *testing.T) {
 	}
 }
 
-func TestCopyLinesSplitsLongLines(t *testing.T) {
-	long := strings.Repeat("x", maxLogLine+10)
-	var got []string
-	copyLines(strings.NewReader("one\n"+long+"\n\nno newline"), func(full bool, b []byte) {
-		tag := "P"
-		if full {
-			tag = "F"
-		}
-		got = append(got, tag+":"+string(b))
-	})
-	want := []string{"F:one", "P:" + long[:maxLogLine], "F:" + long[maxLogLine:], "F:", "P:no newline"}
-	if !slices.Equal(got, want) {
-		t.Errorf("records %d: %.80q…, want %d", len(got), got, len(want))
-	}
+func TestSplitComplete(t *testing.T) {
 	lines, n := splitComplete([]byte("a\nb\npartial"))
 	if len(lines) != 2 || string(lines[1]) != "b" || n != 4 {
 		t.Errorf("splitComplete: %q, %d", lines, n)

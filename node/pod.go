@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/nodenet/nodenet/daemonset"
 	"github.com/nodenet/nodenet/internal/netnsutil"
+	"github.com/nodenet/nodenet/node/shim"
 )
 
 // NetnsAnnotation names a pod's network namespace (under /run/netns), so
@@ -488,7 +488,7 @@ func (w *podWorker) startContainer(ctx context.Context, pod *corev1.Pod, c corev
 	}
 	mounts = append(mounts, w.imageBinaries(c)...)
 	if len(mounts) > 0 && w.a.o.Self == "" {
-		return &podError{"CreateContainerConfigError", c.Name, fmt.Errorf("container %q: volumes need the nodenet binary's logshim (agent without Options.Self)", c.Name)}
+		return &podError{"CreateContainerConfigError", c.Name, fmt.Errorf("container %q: volumes need the shim (agent without Options.Self)", c.Name)}
 	}
 	prev := w.ctrs[c.Name]
 	restarts := int32(0)
@@ -505,15 +505,11 @@ func (w *podWorker) startContainer(ctx context.Context, pod *corev1.Pod, c corev
 	// another program) output goes to the file as is, without timestamps.
 	var logf *os.File
 	if w.a.o.Self != "" {
-		shim := []string{w.a.o.Self, "logshim", "--log", logPath}
-		if len(mounts) > 0 {
-			js, err := json.Marshal(mounts)
-			if err != nil {
-				return fmt.Errorf("container %q: %w", c.Name, err)
-			}
-			shim = append(shim, "--mounts", string(js))
+		args, err := shim.Options{Log: logPath, Mounts: mounts, Argv: argv}.Args()
+		if err != nil {
+			return fmt.Errorf("container %q: %w", c.Name, err)
 		}
-		argv = append(append(shim, "--"), argv...)
+		argv = append(shimCommand(w.a.o.Self), args...)
 		logf, err = os.Open(os.DevNull)
 	} else {
 		logf, err = os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
