@@ -52,7 +52,7 @@
 // rewritten atomically (a new timestamped directory and one rename of its
 // "..data" link) when the ConfigMap changes, checked once a minute. The
 // shim binds every volume on its mountPath (readOnly honoured) in a
-// private mount namespace of the container's own (ExecWithMounts); a
+// private mount namespace of the container's own (shim.ExecWithMounts); a
 // mount path missing on the host is created in a tmpfs shadowing its
 // nearest existing parent, which holds that parent's entries bound back,
 // so the host's filesystem is never written.
@@ -81,7 +81,9 @@
 // kubelet's status manager reconciles; so a node that was cut off puts
 // its pods back into their Services once it can reach the API again.
 //
-// Containers run through `nodenet logshim`, which writes their output as
+// Containers run through the shim (package shim: nodenet-shim beside
+// this binary, or `nodenet logshim` when only nodenet was built; see
+// shimCommand), which writes their output as
 // CRI log lines (<state-dir>/logs/<ns>_<pod>_<uid>/<container>/<run>.log,
 // one file per run so the previous run's log survives a restart) and
 // outlives an agent restart. The agent serves them on the kubelet port
