@@ -352,3 +352,49 @@ func TestSplitComplete(t *testing.T) {
 		t.Errorf("splitComplete without a newline: %q, %d", lines, n)
 	}
 }
+
+// A restarted agent whose recorded sandbox is gone (the node restarted)
+// takes the pod out of its Services before anything else: the release of
+// the old sandbox and the new one's set-up take seconds, during which the
+// old IP answers nothing.
+func TestSandboxGoneNotReadyAtOnce(t *testing.T) {
+	a, _ := offlineAgent(t)
+	pod := testPod(corev1.RestartPolicyAlways, "c")
+	pod.Spec.Containers[0].Command = []string{"/bin/true"}
+	since := metav1.NewTime(time.Date(2026, 1, 2, 3, 5, 0, 0, time.UTC))
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.1.7", Conditions: []corev1.PodCondition{
+		condition(corev1.PodScheduled, true, since), condition(corev1.PodReady, true, since), condition(corev1.ContainersReady, true, since)},
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "c", Ready: true}}}
+	ctx := t.Context()
+	if _, err := a.o.Client.CoreV1().Pods("ns").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a.adopt = map[types.UID]*sandboxState{pod.UID: {UID: pod.UID, Namespace: "ns", Name: "p", Netns: "nn-test-gone-" + randomID()[:8], ContainerID: "c1"}}
+	w := newPodWorker(a, pod.UID)
+	// No CNI configuration here: releasing the old sandbox fails, and the
+	// pod must already be not ready by then.
+	if err := w.start(ctx, pod); err == nil {
+		t.Fatal("start without a CNI configuration succeeded")
+	}
+	got, err := a.o.Client.CoreV1().Pods("ns").Get(ctx, "p", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := got.Status
+	if c := condStatus(st, corev1.PodReady); c.Status != corev1.ConditionFalse || c.Reason != "SandboxChanged" {
+		t.Errorf("Ready %+v, want False (SandboxChanged)", c)
+	}
+	if c := condStatus(st, corev1.ContainersReady); c.Status != corev1.ConditionFalse {
+		t.Errorf("ContainersReady %+v, want False", c)
+	}
+	if c := condStatus(st, corev1.PodScheduled); c.Status != corev1.ConditionTrue || !c.LastTransitionTime.Equal(&since) {
+		t.Errorf("PodScheduled %+v, want unchanged", c)
+	}
+	if st.Phase != corev1.PodRunning || st.PodIP != "10.244.1.7" || st.ContainerStatuses[0].Ready {
+		t.Errorf("status %+v: want the phase and IP kept, the container not ready", st)
+	}
+	// The record is kept for the next attempt at releasing it.
+	if a.adopt[pod.UID] == nil {
+		t.Error("the stale record was dropped before its release")
+	}
+}

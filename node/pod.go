@@ -365,6 +365,13 @@ func (w *podWorker) start(ctx context.Context, pod *corev1.Pod) error {
 	if old != nil && w.adopt(pod, old) {
 		return nil
 	}
+	if old != nil {
+		// The recorded sandbox is gone (the node restarted): until the
+		// new one is up, the pod's recorded IPs answer nothing, so its
+		// Services must stop sending there now, not once the release and
+		// the new sandbox's CNI ADD and containers are done.
+		w.post(ctx, pod, sandboxGoneStatus(pod))
+	}
 	if old != nil && !old.HostNetwork {
 		// A recorded sandbox whose namespace is gone (the node rebooted,
 		// or someone removed it): its IP is still reserved under its
