@@ -71,9 +71,11 @@
 //
 // Per-pod state (<state-dir>/<uid>.json) lets a restarted agent adopt the
 // pods still running; at start it calls CNI GC with the live attachments.
-// A record whose namespace is gone (the node rebooted) is not adopted: its
-// attachment is released with a CNI DEL before the pod's new sandbox is
-// added, so its IP does not leak.
+// A record whose namespace is gone (the node rebooted) is not adopted:
+// the pod is posted not ready at once (Ready and ContainersReady False,
+// reason SandboxChanged), so its Services stop sending to the dead IP
+// while the old attachment is released with a CNI DEL (its IP does not
+// leak) and the new sandbox is added.
 //
 // Pod status is written when it changes, and also when the API's copy
 // disagrees on the phase or readiness (someone else wrote it: the node
