@@ -398,3 +398,26 @@ func TestSandboxGoneNotReadyAtOnce(t *testing.T) {
 		t.Error("the stale record was dropped before its release")
 	}
 }
+
+// The agent runs its shim as nodenet-shim when that was built beside its
+// binary, else as `nodenet logshim` (the same code), and has none without
+// a binary of its own.
+func TestShimCommand(t *testing.T) {
+	dir := t.TempDir()
+	self := filepath.Join(dir, "nodenet")
+	if got := shimCommand(self); !slices.Equal(got, []string{self, "logshim"}) {
+		t.Errorf("without nodenet-shim: %q", got)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "nodenet-shim"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got := shimCommand(self); !slices.Equal(got, []string{filepath.Join(dir, "nodenet-shim")}) {
+		t.Errorf("with nodenet-shim: %q", got)
+	}
+	if got := shimCommand(""); got != nil {
+		t.Errorf("without a binary: %q", got)
+	}
+	if e := newNodeViewExec(shimCommand(self), dir); e == nil || !slices.Equal(e.(*nodeViewExec).shim, []string{filepath.Join(dir, "nodenet-shim")}) {
+		t.Errorf("CNI exec through the shim: %+v", e)
+	}
+}
