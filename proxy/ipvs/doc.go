@@ -27,7 +27,17 @@
 //     outside loadBalancerSourceRanges, and refuse entry points without
 //     endpoints (TCP reset, ICMP port unreachable) — they get no virtual
 //     server, so a service without endpoints is refused, never blackholed.
-//     The table is rewritten in one nft transaction per sync.
+//     Its "inside" map sends traffic from inside the cluster (a source in
+//     --cluster-cidr, or the node itself, masqueraded) to an eTP=Local
+//     entry point on to the Service's ClusterIP:port (DNAT before IPVS
+//     sees it), whose virtual server has every endpoint: pods and the node
+//     need no client address kept, so a node without local endpoints does
+//     not refuse them (kubernetes#71596), as the iptables and nftables
+//     modes send them to the cluster-wide endpoints. Outside clients still
+//     get the local endpoints or the refusal. Under iTP=Local there is no
+//     cluster-wide virtual server to send them to, and nothing is
+//     redirected (iptables mode alike). The table is rewritten in one nft
+//     transaction per sync.
 //   - sysctls: net.ipv4.vs.conntrack=1 (the masquerade rule needs IPVS
 //     connections in conntrack), expire_nodest_conn=1 and
 //     expire_quiescent_template=1.
@@ -73,10 +83,8 @@
 // unknown"): the proxy refuses to start and `nodenet up` refuses the mode
 // before starting anything (Probe).
 //
-// Not done (yet): internal traffic to an eTP=Local LB IP from a node
-// without local endpoints is refused rather than sent to cluster endpoints
-// (kubernetes#71596 wants the latter; it needs fwmark services); the nft
-// sets are rewritten whole at each sync, which costs O(services).
+// Not done (yet): the nft sets are rewritten whole at each sync, which
+// costs O(services).
 //
 // Tests: the fake-backed unit and golden tests (testdata/golden-*.ipvs)
 // run anywhere; TestInVM boots Debian's kernel under qemu (package vmtest)

@@ -26,6 +26,9 @@ const (
 	setFWGuarded   = "fw-guarded"    // LB entry points with source ranges
 	setFWAllowed   = "fw-allowed"    // LB entry point . allowed source range
 	setHairpin     = "hairpin"       // endpoint . port . endpoint
+	// mapInside: eTP=Local entry point → ClusterIP . port, where traffic
+	// from pods and the node goes instead (entry.inside).
+	mapInside = "inside"
 	// setNodePorts is no rule's: it records the virtual servers on node
 	// addresses (NodePorts) nodenet made, so a full sync and Cleanup, in
 	// this process or a later one, delete those and no other IPVS user's
@@ -52,7 +55,7 @@ func ruleset(f proxy.Family, snap *proxy.Snapshot, all []entry, nodePorts []Serv
 		ip, addrType = "ip6", "ipv6_addr"
 	}
 	vipType := addrType + " . inet_proto . inet_service"
-	var cluster, external, none, guarded, allowed, hairpin, recorded []string
+	var cluster, external, none, guarded, allowed, hairpin, recorded, inside []string
 	for _, k := range nodePorts {
 		recorded = append(recorded, vipKey(k))
 	}
@@ -72,6 +75,9 @@ func ruleset(f proxy.Family, snap *proxy.Snapshot, all []entry, nodePorts []Serv
 				allowed = append(allowed, k+" . "+r.Masked().String())
 			}
 		}
+		if e.inside.IsValid() {
+			inside = append(inside, k+" : "+e.inside.Addr().String()+" . "+strconv.Itoa(int(e.inside.Port())))
+		}
 		for _, d := range e.dests {
 			hairpin = append(hairpin, d.Addr.String()+" . "+strconv.Itoa(int(d.Port))+" . "+d.Addr.String())
 		}
@@ -81,10 +87,10 @@ func ruleset(f proxy.Family, snap *proxy.Snapshot, all []entry, nodePorts []Serv
 	p("table %s %s {}", fam, TableName)
 	p("delete table %s %s", fam, TableName)
 	p("table %s %s {", fam, TableName)
-	set := func(name, typ, flags string, elems []string) {
+	decl := func(kind, name, typ, flags string, elems []string) {
 		slices.Sort(elems)
 		elems = slices.Compact(elems)
-		p("\tset %s {", name)
+		p("\t%s %s {", kind, name)
 		p("\t\ttype %s", typ)
 		if flags != "" {
 			p("\t\tflags %s", flags)
@@ -94,6 +100,7 @@ func ruleset(f proxy.Family, snap *proxy.Snapshot, all []entry, nodePorts []Serv
 		}
 		p("\t}")
 	}
+	set := func(name, typ, flags string, elems []string) { decl("set", name, typ, flags, elems) }
 	set(setClusterVIPs, vipType, "", cluster)
 	set(setExternal, vipType, "", external)
 	set(setNoEndpoints, vipType, "", none)
@@ -101,17 +108,36 @@ func ruleset(f proxy.Family, snap *proxy.Snapshot, all []entry, nodePorts []Serv
 	set(setFWAllowed, vipType+" . "+addrType, "interval", allowed)
 	set(setHairpin, addrType+" . inet_service . "+addrType, "", hairpin)
 	set(setNodePorts, vipType, "", recorded)
+	decl("map", mapInside, vipType+" : "+addrType+" . inet_service", "", inside)
 	vip := ip + " daddr . meta l4proto . th dport"
 	mark := fmt.Sprintf("meta mark set meta mark | 0x%08x", proxy.MasqueradeMark)
+	var cidrs string
+	if len(snap.ClusterCIDRs) > 0 {
+		var cs []string
+		for _, c := range snap.ClusterCIDRs {
+			cs = append(cs, c.Masked().String())
+		}
+		cidrs = "{ " + strings.Join(cs, ", ") + " }"
+	}
 	// Marking runs before IPVS takes the packet (LOCAL_IN at priority 98,
-	// LOCAL_OUT at -99) and before filtering.
+	// LOCAL_OUT at -99), before filtering and before the inside redirect
+	// (dstnat), so it sees the address the client used.
 	p("\tchain prerouting {")
 	p("\t\ttype filter hook prerouting priority -110; policy accept;")
 	p("\t\t%s @%s %s . %s saddr != @%s drop", vip, setFWGuarded, vip, ip, setFWAllowed)
+	if snap.MasqueradeAll && cidrs != "" {
+		// Pods redirected to a ClusterIP are masqueraded like those
+		// reaching it directly.
+		p("\t\t%s saddr %s %s @%s %s", ip, cidrs, vip, mapInside, mark)
+	}
 	p("\t\tjump set-mark")
 	p("\t}")
 	p("\tchain output {")
 	p("\t\ttype filter hook output priority -110; policy accept;")
+	// The node's own connections to an eTP=Local entry point leave with
+	// the VIP or a node address as source, which the endpoint, on
+	// another node, cannot answer: masqueraded, as iptables mode does.
+	p("\t\t%s @%s %s", vip, mapInside, mark)
 	p("\t\tjump set-mark")
 	p("\t}")
 	p("\tchain set-mark {")
@@ -119,13 +145,24 @@ func ruleset(f proxy.Family, snap *proxy.Snapshot, all []entry, nodePorts []Serv
 	switch {
 	case snap.MasqueradeAll:
 		p("\t\t%s @%s %s", vip, setClusterVIPs, mark)
-	case len(snap.ClusterCIDRs) > 0:
-		var cidrs []string
-		for _, c := range snap.ClusterCIDRs {
-			cidrs = append(cidrs, c.Masked().String())
-		}
-		p("\t\t%s saddr != { %s } %s @%s %s", ip, strings.Join(cidrs, ", "), vip, setClusterVIPs, mark)
+	case cidrs != "":
+		p("\t\t%s saddr != %s %s @%s %s", ip, cidrs, vip, setClusterVIPs, mark)
 	}
+	p("\t}")
+	// The inside redirect (kubernetes#71596): pods (by --cluster-cidr)
+	// and the node reaching an eTP=Local entry point go to the Service's
+	// ClusterIP, whose virtual server has every endpoint; others reach
+	// the entry point's own virtual server (local endpoints) or refusal.
+	redirect := fmt.Sprintf("meta l4proto { tcp, udp, sctp } dnat %s to %s map @%s", ip, vip, mapInside)
+	p("\tchain nat-prerouting {")
+	p("\t\ttype nat hook prerouting priority dstnat; policy accept;")
+	if cidrs != "" {
+		p("\t\t%s saddr %s %s", ip, cidrs, redirect)
+	}
+	p("\t}")
+	p("\tchain nat-output {")
+	p("\t\ttype nat hook output priority -100; policy accept;")
+	p("\t\t%s", redirect)
 	p("\t}")
 	// Refusal: an entry point without endpoints has no virtual server, so
 	// its packets reach INPUT; TCP gets a reset (ECONNREFUSED at once),

@@ -191,3 +191,37 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestETPLocalInsideGoesToClusterIP (kubernetes#71596): an eTP=Local LB IP
+// and NodePort on a node without local endpoints get no virtual server
+// (outside clients are refused), and traffic from inside the cluster is
+// redirected to the ClusterIP, whose virtual server has every endpoint;
+// under iTP=Local the ClusterIP has no more than the LB IP, so nothing is
+// redirected.
+func TestETPLocalInsideGoesToClusterIP(t *testing.T) {
+	remoteOnly := func(opts ...proxytest.PortOpt) *proxy.ServicePort {
+		return webPort(append([]proxytest.PortOpt{proxytest.WithETPLocal, proxytest.WithLB("192.0.2.10"), proxytest.WithNodePort(30080),
+			proxytest.WithEndpoints(8080, "10.244.2.2")}, opts...)...)
+	}
+	snap := proxytest.Snapshot(proxy.IPv4, remoteOnly())
+	p, h, host := newFakeProxier(proxy.IPv4, Config{})
+	syncOK(t, p, snap, proxytest.Full)
+	if s, _ := h.Services(); len(s) != 1 || s[0].Key() != webKey {
+		t.Fatalf("virtual servers %v, want the ClusterIP's only", s)
+	}
+	table := host.Tables["ip"]
+	for _, want := range []string{
+		"elements = { 192.0.2.10 . tcp . 80 : 10.96.0.10 . 80, 192.168.0.10 . tcp . 30080 : 10.96.0.10 . 80 }",
+		"ip saddr { 10.244.0.0/16 } meta l4proto { tcp, udp, sctp } dnat ip to ip daddr . meta l4proto . th dport map @inside",
+		"elements = { 192.0.2.10 . tcp . 80, 192.168.0.10 . tcp . 30080 }", // refused from outside
+	} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q:\n%s", want, table)
+		}
+	}
+	itp := proxytest.Snapshot(proxy.IPv4, remoteOnly(proxytest.WithITPLocal))
+	syncOK(t, p, itp, proxytest.Full)
+	if strings.Contains(host.Tables["ip"], " : 10.96.0.10 . 80") {
+		t.Errorf("iTP=Local service redirected:\n%s", host.Tables["ip"])
+	}
+}
