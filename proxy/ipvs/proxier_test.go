@@ -3,6 +3,7 @@ package ipvs
 import (
 	"context"
 	"flag"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -223,5 +224,45 @@ func TestETPLocalInsideGoesToClusterIP(t *testing.T) {
 	syncOK(t, p, itp, proxytest.Full)
 	if strings.Contains(host.Tables["ip"], " : 10.96.0.10 . 80") {
 		t.Errorf("iTP=Local service redirected:\n%s", host.Tables["ip"])
+	}
+}
+
+// TestPartialSyncWritesOnlyChangedElements: an endpoint replaced in one
+// service is one nft transaction deleting and adding that service's
+// elements and nothing else, and leaves the table a full sync would
+// write; a sync that changes no element runs no nft at all.
+func TestPartialSyncWritesOnlyChangedElements(t *testing.T) {
+	for _, fam := range []proxy.Family{proxy.IPv4, proxy.IPv6} {
+		t.Run(fam.String(), func(t *testing.T) {
+			p, _, host := newFakeProxier(fam, Config{})
+			syncOK(t, p, proxytest.Snapshot(fam, proxytest.GoldenServices(fam)...), proxytest.Full)
+			ports := proxytest.GoldenServices(fam)
+			old, repl := "10.244.2.2", "10.244.2.3"
+			if fam == proxy.IPv6 {
+				old, repl = "fd10::2:2", "fd10::2:3"
+			}
+			ports[0] = proxytest.Port("default", "web", ports[0].ClusterIP.String(), 80, proxy.TCP,
+				proxytest.WithEndpoints(8080, ports[0].Endpoints[0].IP.String(), repl))
+			snap := proxytest.Snapshot(fam, ports...)
+			before := len(host.Scripts)
+			syncOK(t, p, snap, proxytest.Changed(web))
+			fm := nftFamily(fam)
+			want := fmt.Sprintf("delete element %s %s hairpin { %s . 8080 . %s }\nadd element %s %s hairpin { %s . 8080 . %s }\n",
+				fm, TableName, old, old, fm, TableName, repl, repl)
+			if got := host.Scripts[before:]; len(got) != 1 || got[0] != want {
+				t.Fatalf("partial sync wrote %q, want %q", got, want)
+			}
+			_, _, fresh := newFakeProxier(fam, Config{})
+			fp := New(fam, NewFake(), fresh, Config{}, testapi.Logger())
+			syncOK(t, fp, proxytest.Snapshot(fam, ports...), proxytest.Full)
+			if host.Tables[fm] != fresh.Tables[fm] {
+				t.Fatalf("table after the partial sync:\n%s\nwant (full sync):\n%s", host.Tables[fm], fresh.Tables[fm])
+			}
+			before = len(host.Scripts)
+			syncOK(t, p, snap, proxytest.Changed(web))
+			if len(host.Scripts) != before {
+				t.Fatalf("a sync without changes ran nft: %q", host.Scripts[before:])
+			}
+		})
 	}
 }
