@@ -225,6 +225,23 @@ func EndpointsFor(sps []*ServicePort, slices_ []*discovery.EndpointSlice, f Fami
 		want[portKey{sp.Name.Port, sp.Protocol}] = sp
 		sp.Endpoints = nil
 	}
+	// Sized up front: the lists live as long as their service port, and
+	// grown by append they would hold a quarter of slack on average.
+	sizes := map[*ServicePort]int{}
+	for _, sl := range slices_ {
+		if fam, ok := SliceFamily(sl.AddressType); !ok || fam != f {
+			continue
+		}
+		for _, p := range sl.Ports {
+			proto, err := parseProtocol(ptrOr(p.Protocol, v1.ProtocolTCP))
+			if sp := want[portKey{ptrOr(p.Name, ""), proto}]; err == nil && sp != nil {
+				sizes[sp] += len(sl.Endpoints)
+			}
+		}
+	}
+	for sp, n := range sizes {
+		sp.Endpoints = make([]Endpoint, 0, n)
+	}
 	var errs []error
 	seen := map[portKey]map[netip.AddrPort]int{}
 	for _, sl := range slices_ {
