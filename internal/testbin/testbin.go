@@ -22,8 +22,9 @@ func root() string {
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
-// Build returns a directory holding nodenet and nodenet-cni, built on the
-// first call. nodenet-cni is built as shipped: static, so each plugin exec
+// Build returns a directory holding nodenet, nodenet-proxy and nodenet-cni,
+// built on the first call (as `make build` lays them out, so an agent maps
+// the image's paths to them as it does in `make run`). nodenet-cni is built as shipped: static, so each plugin exec
 // skips the dynamic loader.
 func Build(t testing.TB) string {
 	t.Helper()
@@ -31,7 +32,7 @@ func Build(t testing.TB) string {
 		if dir, err = os.MkdirTemp("", "nodenet-bin-"); err != nil {
 			return
 		}
-		for pkg, out := range map[string]string{"./cmd/nodenet": "nodenet", "./cmd/nodenet-cni": "nodenet-cni"} {
+		for pkg, out := range map[string]string{"./cmd/nodenet": "nodenet", "./cmd/nodenet-proxy": "nodenet-proxy", "./cmd/nodenet-cni": "nodenet-cni"} {
 			cmd := exec.Command("go", "build", "-o", filepath.Join(dir, out), pkg)
 			cmd.Dir = root()
 			if out == "nodenet-cni" {
