@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -26,10 +27,14 @@ var (
 		"comma-separated proxy modes BenchmarkProxyProcess runs as processes")
 	flagProxyHeapDir = flag.String("nodenet.proxy.heapdir", "",
 		"BenchmarkProxyProcess: write each nodenet proxy's heap profile (go tool pprof) to this directory")
+	flagProxyMultiCall = flag.Bool("nodenet.proxy.multicall", false,
+		"BenchmarkProxyProcess: run `nodenet proxy` (the multi-call binary) instead of nodenet-proxy")
 )
 
-// BenchmarkProxyProcess measures the proxy as a node runs it: a `nodenet
-// proxy` process in its own network namespace, fed by client-go informers
+// BenchmarkProxyProcess measures the proxy as a node runs it: a
+// nodenet-proxy process (the DaemonSet's binary; `nodenet proxy`, the
+// multi-call binary's, with -nodenet.proxy.multicall) in its own network
+// namespace, fed by client-go informers
 // from a `nodenet apiserver` holding N ClusterIP Services with a 3-endpoint
 // EndpointSlice each. Per mode of -nodenet.proxy.modes, then for upstream
 // kube-proxy v1.37's iptables and nftables modes (skipped until `make
@@ -49,6 +54,14 @@ func BenchmarkProxyProcess(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	proxyCmd := []string{bin, "proxy"}
+	if !*flagProxyMultiCall {
+		p, err := BuildProxyBinary(b.Context(), b.TempDir())
+		if err != nil {
+			b.Fatal(err)
+		}
+		proxyCmd = []string{p}
+	}
 	for _, s := range strings.Split(*flagProxyScales, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil {
@@ -63,7 +76,7 @@ func BenchmarkProxyProcess(b *testing.B) {
 			if _, err := CreateObjects(b.Context(), srv.Client, CreateOptions{Namespace: "bench", N: n, Workers: 32}); err != nil {
 				b.Fatal(err)
 			}
-			for _, p := range benchProxies(bin) {
+			for _, p := range benchProxies(proxyCmd) {
 				b.Run(p.name, func(b *testing.B) {
 					for range b.N {
 						runProxyProcess(b, srv, p, n)
@@ -84,12 +97,14 @@ type benchProxy struct {
 	upstream bool
 }
 
-func benchProxies(bin string) []benchProxy {
+// benchProxies: nodenet's modes run by proxyCmd (the binary and, for the
+// multi-call one, its subcommand), then upstream's.
+func benchProxies(proxyCmd []string) []benchProxy {
 	var out []benchProxy
 	for _, m := range strings.Split(*flagProxyModes, ",") {
 		m = strings.TrimSpace(m)
 		out = append(out, benchProxy{name: "nodenet-" + m, ebpf: m == "ebpf",
-			argv: func(*testing.B) []string { return []string{bin, "proxy", "--proxy-mode", m} }})
+			argv: func(*testing.B) []string { return append(slices.Clone(proxyCmd), "--proxy-mode", m) }})
 	}
 	for _, m := range []string{"iptables", "nftables"} {
 		// No conntrack sysctl writes: the namespace's table is not the

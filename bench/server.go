@@ -37,15 +37,27 @@ func goTool() string {
 	return filepath.Join(runtime.GOROOT(), "bin", "go")
 }
 
+// ProxyPackage is the import path of the proxy alone (what the DaemonSet
+// runs).
+const ProxyPackage = "github.com/nodenet/nodenet/cmd/nodenet-proxy"
+
 // BuildBinary runs `go build -o dir/nodenet ./cmd/nodenet` and returns the
 // binary's path. It must run inside the module (tests run in bench/).
 func BuildBinary(ctx context.Context, dir string) (string, error) {
-	out := filepath.Join(dir, "nodenet")
-	cmd := exec.CommandContext(ctx, goTool(), "build", "-o", out, MainPackage)
+	return buildCommand(ctx, MainPackage, filepath.Join(dir, "nodenet"))
+}
+
+// BuildProxyBinary builds dir/nodenet-proxy (cmd/nodenet-proxy) likewise.
+func BuildProxyBinary(ctx context.Context, dir string) (string, error) {
+	return buildCommand(ctx, ProxyPackage, filepath.Join(dir, "nodenet-proxy"))
+}
+
+func buildCommand(ctx context.Context, pkg, out string) (string, error) {
+	cmd := exec.CommandContext(ctx, goTool(), "build", "-o", out, pkg)
 	var buf bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &buf, &buf
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("go build %s: %w\n%s", MainPackage, err, buf.String())
+		return "", fmt.Errorf("go build %s: %w\n%s", pkg, err, buf.String())
 	}
 	return out, nil
 }

@@ -10,4 +10,8 @@ const DefaultImage = "nodenet/nodenet:" + version.Kubernetes + "-nodenet"
 const (
 	NodenetPath    = "/usr/local/bin/nodenet"
 	NodenetCNIPath = "/usr/local/bin/nodenet-cni"
+	// NodenetProxyPath is the proxy alone (cmd/nodenet-proxy): the
+	// DaemonSet's proxy container runs it rather than `nodenet proxy`,
+	// for the memory the multi-call binary's pages would cost every node.
+	NodenetProxyPath = "/usr/local/bin/nodenet-proxy"
 )

@@ -23,7 +23,10 @@
 // paths are mapped to the built binaries: daemonset.NodenetPath
 // (/usr/local/bin/nodenet) and the bare command "nodenet" run this binary
 // (so `nodenet echo` is the built-in test server), daemonset.NodenetCNIPath
-// (/usr/local/bin/nodenet-cni) the nodenet-cni next to it. Such a
+// (/usr/local/bin/nodenet-cni) the nodenet-cni next to it, and
+// daemonset.NodenetProxyPath (/usr/local/bin/nodenet-proxy) the
+// nodenet-proxy next to it, or `nodenet proxy` when that was not built
+// (the same code: proxy/proxycmd). Such a
 // container also sees the built binaries at those paths (bound read-only
 // in its mount namespace), so arguments naming them work (install-cni
 // --source /usr/local/bin/nodenet-cni). Any other command is looked up on

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -52,6 +54,25 @@ func TestResolveCommand(t *testing.T) {
 	argv, err = w.resolve(corev1.Container{Name: "c", Command: []string{daemonset.NodenetCNIPath}}, nil)
 	if err != nil || argv[0] != "/opt/nodenet-cni" {
 		t.Errorf("image nodenet-cni resolved to %v, %v", argv, err)
+	}
+	// The proxy's image path: `nodenet proxy` while no nodenet-proxy was
+	// built beside nodenet, that binary once it is.
+	proxyCtr := corev1.Container{Name: "c", Command: []string{daemonset.NodenetProxyPath}, Args: []string{"--proxy-mode=$(MODE)"}}
+	argv, err = w.resolve(proxyCtr, vars)
+	if err != nil || !slices.Equal(argv, []string{"/opt/nodenet", "proxy", "--proxy-mode=nftables"}) {
+		t.Errorf("image nodenet-proxy without the binary resolved to %v, %v", argv, err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "nodenet-proxy"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	wp := &podWorker{a: &Agent{o: Options{Self: filepath.Join(dir, "nodenet")}}}
+	argv, err = wp.resolve(proxyCtr, vars)
+	if err != nil || !slices.Equal(argv, []string{filepath.Join(dir, "nodenet-proxy"), "--proxy-mode=nftables"}) {
+		t.Errorf("image nodenet-proxy resolved to %v, %v", argv, err)
+	}
+	if m := wp.imageBinaries(proxyCtr); len(m) != 2 || m[1].Target != daemonset.NodenetProxyPath {
+		t.Errorf("nodenet-proxy container's binaries: %+v", m)
 	}
 	_, err = w.resolve(corev1.Container{Name: "c", Image: "quay.io/x/flannel:v1", Command: []string{"/opt/bin/flanneld"}}, nil)
 	var unmapped *podError

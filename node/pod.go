@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -340,12 +341,20 @@ func (w *podWorker) resolve(ctr corev1.Container, vars map[string]string) ([]str
 		case daemonset.NodenetCNIPath:
 			argv[0] = w.a.cniPlugin()
 			return argv, nil
+		case daemonset.NodenetProxyPath:
+			// nodenet-proxy next to the binary when it was built, else
+			// the same command as a subcommand of the multi-call binary.
+			if p := w.a.proxyBinary(); fileExists(p) {
+				argv[0] = p
+				return argv, nil
+			}
+			return append([]string{self, "proxy"}, argv[1:]...), nil
 		}
 	}
 	p, err := exec.LookPath(argv[0])
 	if err != nil {
-		return nil, &podError{"StartError", ctr.Name, fmt.Errorf("container %q: command %q not found: %w (image %q is not pulled: its command must be a host binary or one of the built binaries' image paths %s, %s)",
-			ctr.Name, argv[0], err, ctr.Image, daemonset.NodenetPath, daemonset.NodenetCNIPath)}
+		return nil, &podError{"StartError", ctr.Name, fmt.Errorf("container %q: command %q not found: %w (image %q is not pulled: its command must be a host binary or one of the built binaries' image paths %s, %s, %s)",
+			ctr.Name, argv[0], err, ctr.Image, daemonset.NodenetPath, daemonset.NodenetProxyPath, daemonset.NodenetCNIPath)}
 	}
 	argv[0] = p
 	return argv, nil
@@ -710,10 +719,13 @@ func (w *podWorker) removeLogs(pod *corev1.Pod) {
 // read-only, so arguments naming them work (install-cni --source).
 func (w *podWorker) imageBinaries(c corev1.Container) []Mount {
 	argv := append(append([]string{}, c.Command...), c.Args...)
-	if w.a.o.Self == "" || len(argv) == 0 || (argv[0] != daemonset.NodenetPath && argv[0] != daemonset.NodenetCNIPath) {
+	if w.a.o.Self == "" || len(argv) == 0 || !slices.Contains([]string{daemonset.NodenetPath, daemonset.NodenetProxyPath, daemonset.NodenetCNIPath}, argv[0]) {
 		return nil
 	}
 	out := []Mount{{Source: w.a.o.Self, Target: daemonset.NodenetPath, ReadOnly: true}}
+	if p := w.a.proxyBinary(); fileExists(p) {
+		out = append(out, Mount{Source: p, Target: daemonset.NodenetProxyPath, ReadOnly: true})
+	}
 	if cni := w.a.cniPlugin(); fileExists(cni) {
 		out = append(out, Mount{Source: cni, Target: daemonset.NodenetCNIPath, ReadOnly: true})
 	}

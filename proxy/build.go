@@ -209,46 +209,66 @@ func SliceFamily(t discovery.AddressType) (Family, bool) {
 	return 0, false
 }
 
-// portKey matches EndpointSlice ports to service ports (by name + protocol).
-type portKey struct {
-	name  string
-	proto Protocol
-}
-
 // EndpointsFor collects, for the service ports sps (all of one service and
 // family f), their endpoints from the service's EndpointSlices, deduplicated
-// by address:port across slices (a ready copy wins). node is this node's
-// name. Invalid endpoints are skipped and reported.
+// by address:port across slices (the first ready copy wins, else the first
+// copy). node is this node's name. Invalid endpoints are skipped and
+// reported.
+//
+// It runs for every service of a full sync, so it allocates only the lists
+// it returns, each sized up front (they live as long as their service
+// port): a service has a port or two, found by a linear scan, and
+// duplicates are found by sorting rather than in per-port maps, which were
+// most of a cold sync's endpoint work at 10,000 services.
 func EndpointsFor(sps []*ServicePort, slices_ []*discovery.EndpointSlice, f Family, node string) []error {
-	want := map[portKey]*ServicePort{}
-	for _, sp := range sps {
-		want[portKey{sp.Name.Port, sp.Protocol}] = sp
-		sp.Endpoints = nil
+	find := func(p discovery.EndpointPort) (int, *ServicePort, error) {
+		proto, err := parseProtocol(ptrOr(p.Protocol, v1.ProtocolTCP))
+		if err != nil {
+			return 0, nil, err
+		}
+		name := ptrOr(p.Name, "")
+		for i, sp := range sps {
+			if sp.Name.Port == name && sp.Protocol == proto {
+				return i, sp, nil
+			}
+		}
+		return 0, nil, nil
 	}
-	var errs []error
-	seen := map[portKey]map[netip.AddrPort]int{}
+	sizes := make([]int, len(sps))
 	for _, sl := range slices_ {
 		if fam, ok := SliceFamily(sl.AddressType); !ok || fam != f {
 			continue
 		}
 		for _, p := range sl.Ports {
-			proto, err := parseProtocol(ptrOr(p.Protocol, v1.ProtocolTCP))
+			if i, sp, _ := find(p); sp != nil {
+				sizes[i] += len(sl.Endpoints)
+			}
+		}
+	}
+	for i, sp := range sps {
+		sp.Endpoints = nil
+		if sizes[i] > 0 {
+			sp.Endpoints = make([]Endpoint, 0, sizes[i])
+		}
+	}
+	var errs []error
+	for _, sl := range slices_ {
+		if fam, ok := SliceFamily(sl.AddressType); !ok || fam != f {
+			continue
+		}
+		for _, p := range sl.Ports {
+			_, sp, err := find(p)
 			if err != nil {
 				errs = append(errs, invalid(InvalidEndpointSlice, "endpointslice %s/%s: %v", sl.Namespace, sl.Name, err))
 				continue
 			}
-			k := portKey{ptrOr(p.Name, ""), proto}
-			sp := want[k]
 			if sp == nil {
 				continue
 			}
 			port := ptrOr(p.Port, 0)
 			if port <= 0 || port > 65535 {
-				errs = append(errs, invalid(InvalidEndpointSlice, "endpointslice %s/%s port %q: port %d", sl.Namespace, sl.Name, k.name, port))
+				errs = append(errs, invalid(InvalidEndpointSlice, "endpointslice %s/%s port %q: port %d", sl.Namespace, sl.Name, ptrOr(p.Name, ""), port))
 				continue
-			}
-			if seen[k] == nil {
-				seen[k] = map[netip.AddrPort]int{}
 			}
 			for _, ep := range sl.Endpoints {
 				if len(ep.Addresses) == 0 {
@@ -259,22 +279,35 @@ func EndpointsFor(sps []*ServicePort, slices_ []*discovery.EndpointSlice, f Fami
 					errs = append(errs, invalid(InvalidEndpointSlice, "endpointslice %s/%s: address %q", sl.Namespace, sl.Name, ep.Addresses[0]))
 					continue
 				}
-				e := toEndpoint(ep, a.Unmap(), uint16(port), node)
-				if i, dup := seen[k][e.AddrPort()]; dup {
-					if e.Ready && !sp.Endpoints[i].Ready {
-						sp.Endpoints[i] = e
-					}
-					continue
-				}
-				seen[k][e.AddrPort()] = len(sp.Endpoints)
-				sp.Endpoints = append(sp.Endpoints, e)
+				sp.Endpoints = append(sp.Endpoints, toEndpoint(ep, a.Unmap(), uint16(port), node))
 			}
 		}
 	}
 	for _, sp := range sps {
-		slices.SortFunc(sp.Endpoints, compareEndpoints)
+		sp.Endpoints = sortDedup(sp.Endpoints)
 	}
 	return errs
+}
+
+// sortDedup sorts eps by address:port and keeps one endpoint per
+// address:port: the first ready one in eps' order, else the first.
+func sortDedup(eps []Endpoint) []Endpoint {
+	slices.SortStableFunc(eps, compareEndpoints)
+	out := eps[:0]
+	for i := 0; i < len(eps); {
+		j, keep := i+1, i
+		for ; j < len(eps) && eps[j].AddrPort() == eps[i].AddrPort(); j++ {
+			if eps[j].Ready && !eps[keep].Ready {
+				keep = j
+			}
+		}
+		out = append(out, eps[keep])
+		i = j
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }
 
 func toEndpoint(ep discovery.Endpoint, a netip.Addr, port uint16, node string) Endpoint {

@@ -79,8 +79,26 @@ func SelectEndpoints(sp *ServicePort, node NodeInfo) Selection {
 	return sel
 }
 
+// filter returns the endpoints of eps that keep accepts, in order. When it
+// accepts all of them (the common case: every endpoint ready, no topology)
+// the result is eps itself, clipped: a Selection's lists share the service
+// port's endpoints instead of holding copies of them (at 10,000 services
+// the copies were a tenth of the proxy's heap). Every list of a Selection is
+// read-only, like the ServicePort it belongs to.
 func filter(eps []Endpoint, keep func(Endpoint) bool) []Endpoint {
-	var out []Endpoint
+	n := 0
+	for _, e := range eps {
+		if keep(e) {
+			n++
+		}
+	}
+	switch n {
+	case 0:
+		return nil
+	case len(eps):
+		return slices.Clip(eps)
+	}
+	out := make([]Endpoint, 0, n)
 	for _, e := range eps {
 		if keep(e) {
 			out = append(out, e)
@@ -89,7 +107,16 @@ func filter(eps []Endpoint, keep func(Endpoint) bool) []Endpoint {
 	return out
 }
 
+// union is a ∪ b by address:port, sorted; a and b are sorted (filtered
+// from a service port's sorted endpoints), so when one is empty the other
+// is the answer, shared rather than copied (see filter).
 func union(a, b []Endpoint) []Endpoint {
+	switch {
+	case len(b) == 0:
+		return slices.Clip(a)
+	case len(a) == 0:
+		return slices.Clip(b)
+	}
 	out := slices.Clone(a)
 	for _, e := range b {
 		if !slices.ContainsFunc(out, func(x Endpoint) bool { return x.AddrPort() == e.AddrPort() }) {

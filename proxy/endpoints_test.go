@@ -1,9 +1,13 @@
 package proxy
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
 )
 
 func ep(ip string, ready, serving, terminating bool, node, zone string) Endpoint {
@@ -121,5 +125,53 @@ func TestNodePortAddresses(t *testing.T) {
 		if got := tc.n.Resolve(tc.fam, local, node); !got.Equal(tc.want) {
 			t.Errorf("%+v %v: got %+v, want %+v", tc.n, tc.fam, got, tc.want)
 		}
+	}
+}
+
+// TestEndpointsForDeduplicates: an address:port in several EndpointSlices
+// (a slice being split or moved by the controller) is one endpoint: the
+// first ready copy, else the first; the list comes out sorted, sized to
+// what it holds, and per port.
+func TestEndpointsForDeduplicates(t *testing.T) {
+	svc := service("a", "web", "10.96.0.1",
+		v1.ServicePort{Name: "http", Port: 80, Protocol: v1.ProtocolTCP},
+		v1.ServicePort{Name: "dns", Port: 53, Protocol: v1.ProtocolUDP})
+	sps, errs := ServicePortsFor(svc, IPv4)
+	if len(errs) > 0 || len(sps) != 2 {
+		t.Fatal(sps, errs)
+	}
+	notReady := slice("a", "web", "web-1", 8080, "10.244.0.9", "10.244.0.2")
+	notReady.Endpoints[0].Conditions.Ready = ptr(false)
+	notReady.Endpoints[0].NodeName = ptr("first")
+	ready := slice("a", "web", "web-2", 8080, "10.244.0.9", "10.244.0.1")
+	ready.Endpoints[0].NodeName = ptr("second")
+	again := slice("a", "web", "web-3", 8080, "10.244.0.9")
+	again.Endpoints[0].NodeName = ptr("third")
+	dns, udp := "dns", v1.ProtocolUDP
+	udpSlice := slice("a", "web", "web-udp", 5353, "10.244.0.9", "10.244.0.9")
+	udpSlice.Ports[0].Name, udpSlice.Ports[0].Protocol = &dns, &udp
+	udpSlice.Endpoints[0].Conditions.Ready = ptr(false)
+	udpSlice.Endpoints[0].NodeName = ptr("udp-first")
+	udpSlice.Endpoints[1].Conditions.Ready = ptr(false)
+	if errs := EndpointsFor(sps, []*discovery.EndpointSlice{notReady, ready, again, udpSlice}, IPv4, "n1"); len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	http, udpPort := sps[0], sps[1]
+	if http.Protocol != TCP {
+		http, udpPort = udpPort, http
+	}
+	var got []string
+	for _, e := range http.Endpoints {
+		got = append(got, fmt.Sprintf("%s %s ready=%v", e, e.NodeName, e.Ready))
+	}
+	want := []string{"10.244.0.1:8080 n1 ready=true", "10.244.0.2:8080 n1 ready=true", "10.244.0.9:8080 second ready=true"}
+	if !slices.Equal(got, want) {
+		t.Errorf("tcp endpoints %q, want %q", got, want)
+	}
+	if cap(http.Endpoints) != 5 {
+		t.Errorf("tcp list capacity %d, want the 5 endpoints seen before deduplication", cap(http.Endpoints))
+	}
+	if len(udpPort.Endpoints) != 1 || udpPort.Endpoints[0].NodeName != "udp-first" || udpPort.Endpoints[0].Port != 5353 {
+		t.Errorf("udp endpoints %+v, want the first of two not-ready copies", udpPort.Endpoints)
 	}
 }

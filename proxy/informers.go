@@ -119,26 +119,36 @@ func (p *Proxy) Run(ctx context.Context, client kubernetes.Interface) error {
 }
 
 // StripUnused is the informers' transform: it drops, before an object is
-// cached, the fields the proxy never reads: managed fields everywhere, a
-// Service's selector and annotations (but the scheduler's), an
-// EndpointSlice's endpoint target references and labels and annotations
-// (but the service name and trigger time), a Node's image list. With
+// cached, the fields the proxy never reads: managed fields and owner
+// references everywhere, a Service's labels, selector, conditions and
+// annotations (but the scheduler's), an EndpointSlice's endpoint target
+// references and host names and its labels and annotations (but the
+// service name and trigger time), a Node's image list; and it compacts
+// what is left of Services and EndpointSlices (compact.go). With
 // 10,000 Services that is a fifth of the proxy's live heap, and the cache
 // is the proxy's alone. Objects of other types pass unchanged.
 func StripUnused(o any) (any, error) {
 	switch obj := o.(type) {
 	case *v1.Service:
 		obj.ManagedFields = nil
+		obj.OwnerReferences = nil
+		obj.Labels = nil // the label selectors were applied by the server
 		obj.Spec.Selector = nil
+		obj.Status.Conditions = nil
 		obj.Annotations = keepKeys(obj.Annotations, SchedulerAnnotation)
+		compactService(obj)
 	case *discovery.EndpointSlice:
 		obj.ManagedFields = nil
+		obj.OwnerReferences = nil
+		obj.GenerateName = ""
 		obj.Labels = keepKeys(obj.Labels, ServiceNameLabel)
 		obj.Annotations = keepKeys(obj.Annotations, TriggerTimeAnnotation)
 		for i := range obj.Endpoints {
 			obj.Endpoints[i].TargetRef = nil
 			obj.Endpoints[i].DeprecatedTopology = nil
+			obj.Endpoints[i].Hostname = nil
 		}
+		compactSlice(obj)
 	case *v1.Node:
 		obj.ManagedFields = nil
 		obj.Status.Images = nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes/fake"
 )
 
@@ -69,7 +71,26 @@ func TestFirstSyncSeesEveryService(t *testing.T) {
 // objects are the same as from the originals.
 func TestStripUnusedKeepsWhatTheProxyReads(t *testing.T) {
 	mf := []metav1.ManagedFieldsEntry{{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply}}
-	svc := service("a", "web", "10.96.0.1")
+	// A LoadBalancer with every field the proxy reads set, lists with the
+	// slack the JSON decoder leaves.
+	svc := service("a", "web", "10.96.0.1",
+		v1.ServicePort{Name: "http", Port: 80, Protocol: v1.ProtocolTCP, TargetPort: intstr.FromInt(8080), NodePort: 30080, AppProtocol: ptr("http")},
+		v1.ServicePort{Name: "dns", Port: 53, Protocol: v1.ProtocolUDP, TargetPort: intstr.FromString("dns"), NodePort: 30053})
+	svc.Spec.Ports = slices.Grow(svc.Spec.Ports, 2)
+	svc.Spec.Type = v1.ServiceTypeLoadBalancer
+	svc.Spec.ClusterIPs = append(slices.Grow([]string{"10.96.0.1"}, 3), "fd00::1")
+	svc.Spec.IPFamilies = []v1.IPFamily{v1.IPv4Protocol, v1.IPv6Protocol}
+	svc.Spec.IPFamilyPolicy = ptr(v1.IPFamilyPolicyPreferDualStack)
+	svc.Spec.ExternalIPs = []string{"192.0.2.1"}
+	svc.Spec.LoadBalancerSourceRanges = []string{"198.51.100.0/24"}
+	svc.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+	svc.Spec.InternalTrafficPolicy = ptr(v1.ServiceInternalTrafficPolicyCluster)
+	svc.Spec.HealthCheckNodePort = 31000
+	svc.Spec.SessionAffinity = v1.ServiceAffinityClientIP
+	svc.Spec.SessionAffinityConfig = &v1.SessionAffinityConfig{ClientIP: &v1.ClientIPConfig{TimeoutSeconds: ptr(int32(600))}}
+	svc.Spec.TrafficDistribution = ptr("PreferClose")
+	svc.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "203.0.113.9"}}
+	svc.Labels = map[string]string{"app": "web"}
 	svc.ManagedFields = mf
 	svc.Spec.Selector = map[string]string{"app": "web"}
 	svc.Annotations = map[string]string{SchedulerAnnotation: "lc", "kubectl.kubernetes.io/last-applied-configuration": "{…}"}
@@ -79,7 +100,11 @@ func TestStripUnusedKeepsWhatTheProxyReads(t *testing.T) {
 	sl.Annotations = map[string]string{TriggerTimeAnnotation: "2026-12-02T05:00:00Z", "other": "x"}
 	for i := range sl.Endpoints {
 		sl.Endpoints[i].TargetRef = &v1.ObjectReference{Kind: "Pod", Namespace: "a", Name: fmt.Sprintf("web-%d", i)}
+		sl.Endpoints[i].Conditions = discovery.EndpointConditions{Ready: ptr(i == 0), Serving: ptr(true), Terminating: ptr(i != 0)}
+		sl.Endpoints[i].Zone = ptr("z1")
+		sl.Endpoints[i].Hints = &discovery.EndpointHints{ForZones: []discovery.ForZone{{Name: "z1"}}}
 	}
+	sl.Endpoints = slices.Grow(sl.Endpoints, 3)
 	node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", ManagedFields: mf, Labels: map[string]string{ZoneLabel: "z1"}},
 		Status: v1.NodeStatus{Images: []v1.ContainerImage{{Names: []string{"img"}}}}}
 
@@ -111,4 +136,44 @@ func TestStripUnusedKeepsWhatTheProxyReads(t *testing.T) {
 	if got := build(svc, sl); !reflect.DeepEqual(got, want) {
 		t.Errorf("service ports from stripped objects differ:\n got %+v\nwant %+v", got, want)
 	}
+	// Compacted: lists exactly sized, one shared copy of each value.
+	if cap(svc.Spec.Ports) != 2 || cap(svc.Spec.ClusterIPs) != 2 || cap(sl.Endpoints) != 2 {
+		t.Errorf("capacities after strip: ports %d, clusterIPs %d, endpoints %d; want the lengths", cap(svc.Spec.Ports), cap(svc.Spec.ClusterIPs), cap(sl.Endpoints))
+	}
+	other := slice("b", "db", "db-1", 8080, "10.244.0.3")
+	other.Endpoints[0].Conditions.Serving = ptr(true)
+	if _, err := StripUnused(other); err != nil {
+		t.Fatal(err)
+	}
+	e0, e1, o := sl.Endpoints[0], sl.Endpoints[1], other.Endpoints[0]
+	if e0.Conditions.Serving != e1.Conditions.Serving || e1.Conditions.Serving != o.Conditions.Serving ||
+		e0.NodeName != o.NodeName || sl.Ports[0].Port != other.Ports[0].Port || sl.Ports[0].Protocol != other.Ports[0].Protocol {
+		t.Error("equal values of two EndpointSlices are not one shared pointer after strip")
+	}
+	if e0.Conditions.Ready == e1.Conditions.Ready || !*e0.Conditions.Ready || *e1.Conditions.Ready || !*e1.Conditions.Terminating {
+		t.Errorf("different values shared: ready %v/%v", *e0.Conditions.Ready, *e1.Conditions.Ready)
+	}
 }
+
+// TestSharedTableBounded: past maxShared distinct values a table stops
+// growing and hands back the caller's own pointer.
+func TestSharedTableBounded(t *testing.T) {
+	var s shared[int]
+	for i := range maxShared + 10 {
+		v := i
+		s.ptr(&v)
+	}
+	if n := s.n.Load(); n != maxShared {
+		t.Fatalf("table holds %d values, want %d", n, maxShared)
+	}
+	v := maxShared + 5
+	if p := s.ptr(&v); p != &v {
+		t.Error("a full table returned another pointer for a new value")
+	}
+	first := 0
+	if p := s.ptr(&first); p == &first || *p != 0 {
+		t.Error("a value stored before the table filled is no longer shared")
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

@@ -11,10 +11,11 @@ import (
 	"github.com/nodenet/nodenet/internal/netnsutil"
 )
 
-// daemonPID finds the process of `nodenet <sub>` running in the named
-// network namespace: argv[1] is the subcommand (the logshim that started
-// a container has "logshim" there), the namespace is compared by inode so
-// another cluster's processes never match. 0 when there is none.
+// daemonPID finds the process of `nodenet <sub>` (or of the single-purpose
+// nodenet-<sub>) running in the named network namespace: argv[1] is the
+// subcommand (the logshim that started a container has "logshim" there),
+// the namespace is compared by inode so another cluster's processes never
+// match. 0 when there is none.
 func daemonPID(netns, sub string) (int, error) {
 	want, err := netnsutil.InodeOf(netnsutil.Path(netns))
 	if err != nil {
@@ -34,7 +35,10 @@ func daemonPID(netns, sub string) (int, error) {
 			continue // exited meanwhile
 		}
 		argv := bytes.Split(cmdline, []byte{0})
-		if len(argv) < 2 || string(argv[1]) != sub || filepath.Base(string(argv[0])) != "nodenet" {
+		// `nodenet <sub>`, or a single-purpose nodenet-<sub> (the
+		// DaemonSet's proxy is nodenet-proxy).
+		name := filepath.Base(string(argv[0]))
+		if !(name == "nodenet" && len(argv) >= 2 && string(argv[1]) == sub) && name != "nodenet-"+sub {
 			continue
 		}
 		ino, err := netnsutil.InodeOf(filepath.Join("/proc", e.Name(), "ns", "net"))

@@ -12,6 +12,7 @@ import (
 	"github.com/nodenet/nodenet/apiserver"
 	"github.com/nodenet/nodenet/apiserver/allocator"
 	"github.com/nodenet/nodenet/internal/cidrlist"
+	"github.com/nodenet/nodenet/internal/cli"
 	"github.com/nodenet/nodenet/internal/version"
 )
 
@@ -19,9 +20,9 @@ func runAPIServer(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("apiserver", flag.ContinueOnError)
 	var (
 		cfg  apiserver.Config
-		etcd stringList
-		sans stringList
-		logs logFlags
+		etcd cli.StringList
+		sans cli.StringList
+		logs cli.LogFlags
 	)
 	fs.StringVar(&cfg.DataDir, "data-dir", "/var/lib/nodenet/apiserver", "directory for embedded etcd, certificates, tokens and admin.kubeconfig")
 	fs.Var(&etcd, "etcd-servers", "external etcd endpoints (comma-separated); empty = embedded etcd in --data-dir")
@@ -33,21 +34,21 @@ func runAPIServer(ctx context.Context, args []string) error {
 	// The Service ranges are handed out address by address, so a typo in
 	// them is refused rather than read as Kubernetes reads --cluster-cidr.
 	cfg.ServiceClusterIPRanges = []netip.Prefix{apiserver.DefaultServiceClusterIPRange}
-	fs.Var(newCIDRsFlag(&cfg.ServiceClusterIPRanges, cidrlist.Rule{OnePerFamily: true, StrictHostBits: true}), "service-cluster-ip-range", "Service ClusterIP CIDR(s): one, or two of different families for dual-stack")
+	fs.Var(cli.NewCIDRsFlag(&cfg.ServiceClusterIPRanges, cidrlist.Rule{OnePerFamily: true, StrictHostBits: true}), "service-cluster-ip-range", "Service ClusterIP CIDR(s): one, or two of different families for dual-stack")
 	cfg.ServiceNodePortRange = apiserver.DefaultServiceNodePortRange
 	fs.Var(&portRangeFlag{&cfg.ServiceNodePortRange}, "service-node-port-range", "NodePort range, `LOW-HIGH`")
 	fs.StringVar(&cfg.TokenAuthFile, "token-auth-file", "", "token CSV (token,user,uid,\"groups\"); default <data-dir>/tokens.csv, created with an admin token")
 	fs.Var(&sans, "tls-san", "extra DNS names or IPs for the serving certificate (repeatable)")
 	fs.IntVar(&cfg.WatchCacheSize, "watch-cache-size", 10000, "events kept per resource for resuming watches")
 	fs.DurationVar(&cfg.CompactionInterval, "etcd-compaction-interval", 5*time.Minute, "how often etcd history is compacted")
-	logs.register(fs)
+	logs.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %v", fs.Args())
 	}
-	log, err := logs.logger("apiserver")
+	log, err := logs.Logger("apiserver")
 	if err != nil {
 		return err
 	}

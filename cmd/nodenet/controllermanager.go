@@ -27,6 +27,7 @@ import (
 	"github.com/nodenet/nodenet/controllers/nodelifecycle"
 	"github.com/nodenet/nodenet/controllers/scheduler"
 	"github.com/nodenet/nodenet/internal/cidrlist"
+	"github.com/nodenet/nodenet/internal/cli"
 	"github.com/nodenet/nodenet/routes"
 )
 
@@ -42,7 +43,7 @@ type cmFlags struct {
 	kubeconfig     string
 	qps            float64
 	burst          int
-	controllers    stringList
+	controllers    cli.StringList
 	clusterCIDRs   []netip.Prefix
 	lbPools        []netip.Prefix
 	ipam           nodeipam.Options // ClusterCIDRs come from clusterCIDRs
@@ -63,7 +64,7 @@ type cmFlags struct {
 	renewDeadline  time.Duration
 	retryPeriod    time.Duration
 	identity       string
-	logs           logFlags
+	logs           cli.LogFlags
 }
 
 func (f *cmFlags) register(fs *flag.FlagSet) {
@@ -71,12 +72,12 @@ func (f *cmFlags) register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.qps, "kube-api-qps", 50, "client QPS to the API server (-1: unlimited)")
 	fs.IntVar(&f.burst, "kube-api-burst", 100, "client burst to the API server")
 	fs.Var(&f.controllers, "controllers", "controllers to run: '*' (every configured one), or names from "+strings.Join(allControllers, ",")+"; '-name' disables one")
-	fs.Var(newCIDRsFlag(&f.clusterCIDRs, cidrlist.DualStack), "cluster-cidr", "cluster pod CIDR(s), one per family (enables node IPAM and bounds cloud routes)")
+	fs.Var(cli.NewCIDRsFlag(&f.clusterCIDRs, cidrlist.DualStack), "cluster-cidr", "cluster pod CIDR(s), one per family (enables node IPAM and bounds cloud routes)")
 	fs.IntVar(&f.ipam.NodeCIDRMaskSize, "node-cidr-mask-size", 0, "node podCIDR prefix length for a single-stack cluster")
 	fs.IntVar(&f.ipam.NodeCIDRMaskSizeIPv4, "node-cidr-mask-size-ipv4", 0, "IPv4 node podCIDR prefix length (default 24)")
 	fs.IntVar(&f.ipam.NodeCIDRMaskSizeIPv6, "node-cidr-mask-size-ipv6", 0, "IPv6 node podCIDR prefix length (default 64)")
 	fs.IntVar(&f.slices.MaxEndpointsPerSlice, "max-endpoints-per-slice", 0, "endpoints per EndpointSlice (default 100)")
-	fs.Var(newCIDRsFlag(&f.lbPools, cidrlist.Pools), "lb-ip-pool", "CIDR(s) LoadBalancer Service IPs are handed out from (enables the LoadBalancer IP controller)")
+	fs.Var(cli.NewCIDRsFlag(&f.lbPools, cidrlist.Pools), "lb-ip-pool", "CIDR(s) LoadBalancer Service IPs are handed out from (enables the LoadBalancer IP controller)")
 	fs.DurationVar(&f.lifecycle.NodeMonitorGracePeriod, "node-monitor-grace-period", 40*time.Second, "how long a node may go without renewing its lease before it is marked unknown")
 	fs.DurationVar(&f.lifecycle.NodeMonitorPeriod, "node-monitor-period", time.Second, "how often node leases are checked")
 	fs.StringVar(&f.sched.SchedulerName, "scheduler-name", "default-scheduler", "schedule pods whose spec.schedulerName is this")
@@ -94,14 +95,14 @@ func (f *cmFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.renewDeadline, "leader-elect-renew-deadline", 10*time.Second, "how long the leader retries renewing before giving up")
 	fs.DurationVar(&f.retryPeriod, "leader-elect-retry-period", 2*time.Second, "how often to try to acquire or renew")
 	fs.StringVar(&f.identity, "leader-elect-identity", "", "identity in the Lease (default hostname_uuid)")
-	f.logs.register(fs)
+	f.logs.Register(fs)
 }
 
 // enabled resolves --controllers against what is configured.
 func (f *cmFlags) enabled() (map[string]bool, error) {
 	sel := f.controllers
 	if len(sel) == 0 {
-		sel = stringList{"*"}
+		sel = cli.StringList{"*"}
 	}
 	on := map[string]bool{}
 	for _, s := range sel {
@@ -248,7 +249,7 @@ func runControllerManager(ctx context.Context, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %v", fs.Args())
 	}
-	log, err := f.logs.logger("controller-manager")
+	log, err := f.logs.Logger("controller-manager")
 	if err != nil {
 		return err
 	}
@@ -261,7 +262,7 @@ func runControllerManager(ctx context.Context, args []string) error {
 		return err
 	}
 	defer cleanup()
-	rc, err := restConfig(f.kubeconfig, float32(f.qps), f.burst)
+	rc, err := cli.RestConfig(f.kubeconfig, float32(f.qps), f.burst, component())
 	if err != nil {
 		return err
 	}

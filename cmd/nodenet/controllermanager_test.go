@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/nodenet/nodenet/internal/cli"
 	"slices"
 	"testing"
 )
@@ -29,7 +30,7 @@ func TestEndpointsControllerEnabledByDefault(t *testing.T) {
 	if got := names(&cmFlags{}); !slices.Contains(got, "endpoints") || !slices.Contains(got, "endpointslice") || !slices.Contains(got, "daemonset") {
 		t.Errorf("default controllers %v, want endpoints, endpointslice and daemonset", got)
 	}
-	if got := names(&cmFlags{controllers: stringList{"*", "-endpoints"}}); slices.Contains(got, "endpoints") {
+	if got := names(&cmFlags{controllers: cli.StringList{"*", "-endpoints"}}); slices.Contains(got, "endpoints") {
 		t.Errorf("--controllers=*,-endpoints still runs it: %v", got)
 	}
 }

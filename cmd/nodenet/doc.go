@@ -7,10 +7,13 @@
 // `nodenet help` lists them; `nodenet <command> --help` lists a command's
 // flags.
 //
-// This is the only place flags are parsed: each subcommand turns its flags
-// into the typed options of its package and runs it until SIGINT or
-// SIGTERM. One binary for every component keeps a node's install to a few
-// files (this, and the lean binaries exec'd per pod: the CNI plugin,
-// cmd/nodenet-cni, and the shim, cmd/nodenet-shim) and lets the local
-// cluster start any component as a process of the same executable.
+// Flags are parsed here and in the packages this binary shares with the
+// single-purpose ones (internal/cli, proxy/proxycmd): each subcommand turns
+// its flags into the typed options of its package and runs it until
+// SIGINT or SIGTERM. One binary for every component lets the local cluster
+// start any component as a process of the same executable; a node needs
+// it beside the lean binaries exec'd per pod, the CNI plugin
+// (cmd/nodenet-cni) and the agent's shim (cmd/nodenet-shim), and the proxy
+// alone (cmd/nodenet-proxy), which the DaemonSet runs because a process's
+// resident memory counts the pages of the binary it touches.
 package main

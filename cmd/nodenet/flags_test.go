@@ -10,7 +10,9 @@ import (
 	"testing"
 
 	"github.com/nodenet/nodenet/internal/cidrlist"
+	"github.com/nodenet/nodenet/internal/cli"
 	"github.com/nodenet/nodenet/proxy"
+	"github.com/nodenet/nodenet/proxy/proxycmd"
 )
 
 // parseFlags parses args into a flag set holding one CIDR-list flag per
@@ -18,8 +20,8 @@ import (
 func parseFlags(args ...string) (cluster, pools []netip.Prefix, err error) {
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.Var(newCIDRsFlag(&cluster, cidrlist.DualStack), "cluster-cidr", "")
-	fs.Var(newCIDRsFlag(&pools, cidrlist.Pools), "lb-ip-pool", "")
+	fs.Var(cli.NewCIDRsFlag(&cluster, cidrlist.DualStack), "cluster-cidr", "")
+	fs.Var(cli.NewCIDRsFlag(&pools, cidrlist.Pools), "lb-ip-pool", "")
 	err = fs.Parse(args)
 	return cluster, pools, err
 }
@@ -69,7 +71,7 @@ func TestNodePortFlag(t *testing.T) {
 		var n proxy.NodePortAddresses
 		fs := flag.NewFlagSet("test", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
-		fs.Var(&nodePortFlag{dst: &n}, "nodeport-addresses", "")
+		fs.Var(&proxycmd.NodePortFlag{Dst: &n}, "nodeport-addresses", "")
 		return n, fs.Parse(args)
 	}
 	n, err := parse("--nodeport-addresses", "10.0.0.0/8, Primary", "--nodeport-addresses", "10.1.2.3/16,fd00::/64")
@@ -105,7 +107,7 @@ func TestControllerOptionsValidatedBeforeStart(t *testing.T) {
 		}
 	}
 	// Switched off, a controller's options are not its concern.
-	f.controllers = stringList{"*", "-nodeipam", "-endpointslice", "-scheduler"}
+	f.controllers = cli.StringList{"*", "-nodeipam", "-endpointslice", "-scheduler"}
 	if on, err = f.enabled(); err != nil {
 		t.Fatal(err)
 	}

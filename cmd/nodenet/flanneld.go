@@ -16,6 +16,7 @@ import (
 
 	"github.com/nodenet/nodenet/daemonset/manifest"
 	"github.com/nodenet/nodenet/flanneld"
+	"github.com/nodenet/nodenet/internal/cli"
 	"github.com/nodenet/nodenet/subnetenv"
 )
 
@@ -28,12 +29,12 @@ func runFlanneld(ctx context.Context, args []string) error {
 		kubeSubnetMgr                    bool
 		kubeconfig, publicIP, publicIPv6 string
 		canReach                         string
-		ifaces                           stringList
+		ifaces                           cli.StringList
 		healthzIP, cniTemplatePath       string
 		healthzPort, metricsPort         int
 		netns                            string
 		cleanup                          bool
-		logs                             logFlags
+		logs                             cli.LogFlags
 	)
 	fs.BoolVar(&kubeSubnetMgr, "kube-subnet-mgr", false, "take the node subnet from node.spec.podCIDRs (kube subnet manager)")
 	fs.BoolVar(&o.SubnetLease, "subnet-lease", false, "lease the node subnet from Network through coordination.k8s.io Leases (no node IPAM controller needed)")
@@ -63,7 +64,7 @@ func runFlanneld(ctx context.Context, args []string) error {
 	fs.StringVar(&o.VXLANTxChecksumOffload, "vxlan-tx-checksum-offload", "", "TX checksum offload on the vxlan devices: auto (on unless a start-up self-test shows this kernel corrupts NATed VXLAN checksums), on, off (default: net-conf.json's Backend.TxChecksumOffload, else auto)")
 	fs.StringVar(&netns, "netns", "", "network namespace to program (name or path; default: our own)")
 	fs.BoolVar(&cleanup, "cleanup", false, "remove what flanneld put on this node (routes, vxlan devices, masquerade rules, --subnet-file, --install-cni-conf) and exit")
-	logs.register(fs)
+	logs.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -71,7 +72,7 @@ func runFlanneld(ctx context.Context, args []string) error {
 		return fmt.Errorf("unexpected arguments %v", fs.Args())
 	}
 	if cleanup {
-		log, err := logs.logger("flanneld")
+		log, err := logs.Logger("flanneld")
 		if err != nil {
 			return err
 		}
@@ -81,7 +82,7 @@ func runFlanneld(ctx context.Context, args []string) error {
 	if kubeSubnetMgr == o.SubnetLease {
 		return errors.New("choose exactly one of --kube-subnet-mgr and --subnet-lease")
 	}
-	log, err := logs.logger("flanneld")
+	log, err := logs.Logger("flanneld")
 	if err != nil {
 		return err
 	}
@@ -106,7 +107,7 @@ func runFlanneld(ctx context.Context, args []string) error {
 	if _, err := flanneld.LoadConfig(o.NetConfPath); err != nil {
 		return err
 	}
-	if o.Client, err = nodeClient(kubeconfig); err != nil {
+	if o.Client, err = cli.NodeClient(kubeconfig, component()); err != nil {
 		return err
 	}
 	d, err := flanneld.New(o)
@@ -133,7 +134,7 @@ func optionalAddr(flagName, s string) (netip.Addr, error) {
 }
 
 // regexpList is a repeatable, comma-separable regular-expression flag (as
-// stringList splits it), compiled as it is set so a bad expression fails
+// cli.StringList splits it), compiled as it is set so a bad expression fails
 // flag parsing.
 type regexpList struct{ dst *[]*regexp.Regexp }
 
@@ -149,7 +150,7 @@ func (l *regexpList) String() string {
 }
 
 func (l *regexpList) Set(v string) error {
-	var exprs stringList
+	var exprs cli.StringList
 	_ = exprs.Set(v)
 	for _, expr := range exprs {
 		re, err := regexp.Compile(expr)

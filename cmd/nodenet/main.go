@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/nodenet/nodenet/proxy/proxycmd"
 	"io"
 	"os"
 	"os/signal"
@@ -24,7 +25,7 @@ func subcommands() map[string]subcommand {
 		"version":            {"print the version", runVersion},
 		"controller-manager": {"node IPAM, EndpointSlices, LoadBalancer IPs, node lifecycle, scheduler, cloud routes", runControllerManager},
 		"flanneld":           {"flannel-compatible node network daemon (host-gw, vxlan, alloc, ip-masq)", runFlanneld},
-		"proxy":              {"kube-proxy peer: Services and EndpointSlices as iptables or nftables rules", runProxy},
+		"proxy":              {"kube-proxy peer: Services and EndpointSlices as iptables, nftables, ipvs or ebpf service tables (also the nodenet-proxy binary)", proxycmd.Run},
 		"up":                 {"local multi-node cluster in network namespaces (foreground supervisor)", runUp},
 		"down":               {"stop a local cluster's up and remove the cluster (idempotent)", runDown},
 		"status":             {"nodes, podCIDRs, pods and services of a local cluster", runStatus},
@@ -79,4 +80,15 @@ func main() {
 		fmt.Fprintf(os.Stderr, "nodenet %s: %v\n", os.Args[1], err)
 		os.Exit(1)
 	}
+}
+
+// component names the running daemon for its user agent: "nodenet-proxy",
+// "nodenet-flanneld", ...
+func component() string {
+	if len(os.Args) > 1 {
+		if _, ok := subcommands()[os.Args[1]]; ok {
+			return "nodenet-" + os.Args[1]
+		}
+	}
+	return "nodenet"
 }

@@ -14,7 +14,8 @@ import (
 	"github.com/nodenet/nodenet/flanneld"
 	"github.com/nodenet/nodenet/internal/atomicfile"
 	"github.com/nodenet/nodenet/internal/cidrlist"
-	"github.com/nodenet/nodenet/proxy/ipvs"
+	"github.com/nodenet/nodenet/internal/cli"
+	"github.com/nodenet/nodenet/proxy/proxycmd"
 )
 
 // runManifest is `nodenet manifest`: daemonset/nodenet.yaml for the given
@@ -24,8 +25,8 @@ func runManifest(_ context.Context, args []string) error {
 	o := manifest.Defaults()
 	fs.StringVar(&o.ProxyMode, "proxy-mode", o.ProxyMode, "the proxy's data plane: iptables, nftables, ipvs or ebpf (ConfigMap key proxyMode)")
 	fs.StringVar(&o.Backend, "backend", o.Backend, "flanneld backend: "+strings.Join(flanneld.Backends, ", ")+" (net-conf.json Backend.Type)")
-	fs.Var(newCIDRsFlag(&o.ClusterCIDRs, cidrlist.DualStack), "cluster-cidr", "pod network(s), one per family, comma-separated")
-	fs.Var(&nodePortFlag{dst: &o.NodePortAddresses}, "nodeport-addresses", `CIDRs whose local addresses accept NodePorts, or "primary"; default all`)
+	fs.Var(cli.NewCIDRsFlag(&o.ClusterCIDRs, cidrlist.DualStack), "cluster-cidr", "pod network(s), one per family, comma-separated")
+	fs.Var(&proxycmd.NodePortFlag{Dst: &o.NodePortAddresses}, "nodeport-addresses", `CIDRs whose local addresses accept NodePorts, or "primary"; default all`)
 	fs.StringVar(&o.Image, "image", o.Image, "the nodenet image (make image builds it)")
 	fs.StringVar(&o.APIServer, "api-server", "", "HOST:PORT the daemons reach the API server at (needed where nodenet's proxy replaces kube-proxy: the kubernetes Service's ClusterIP needs a running proxy); default: in-cluster config")
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "namespace of the DaemonSet, its ServiceAccount and ConfigMap")
@@ -38,7 +39,7 @@ func runManifest(_ context.Context, args []string) error {
 	}
 	// A DaemonSet whose proxy cannot start is no use: only the modes
 	// this build carries (the manifest package knows every defined one).
-	if err := proxyModes(slog.New(slog.DiscardHandler), ebpfFlags{}, ipvs.Config{}).Check(o.ProxyMode); err != nil {
+	if err := proxycmd.DefaultModes(slog.New(slog.DiscardHandler)).Check(o.ProxyMode); err != nil {
 		return err
 	}
 	render := manifest.Render
@@ -61,13 +62,13 @@ func runInstallCNI(_ context.Context, args []string) error {
 	fs := flag.NewFlagSet("install-cni", flag.ContinueOnError)
 	src := fs.String("source", "/usr/local/bin/nodenet-cni", "the CNI plugin binary")
 	dir := fs.String("cni-bin-dir", "/opt/cni/bin", "the host's CNI plugin directory")
-	var names stringList
+	var names cli.StringList
 	fs.Var(&names, "names", "plugin names to install it as, comma-separated (default nodenet,flannel: conflists written for flannel keep working)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if len(names) == 0 {
-		names = stringList{"nodenet", "flannel"}
+		names = cli.StringList{"nodenet", "flannel"}
 	}
 	data, err := os.ReadFile(*src)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/nodenet/nodenet/proxy"
 	"github.com/nodenet/nodenet/proxy/app"
+	"github.com/nodenet/nodenet/proxy/proxycmd"
 )
 
 func TestInstallCNI(t *testing.T) {
@@ -76,23 +77,11 @@ func TestManifestNodePortAddresses(t *testing.T) {
 		t.Fatalf("an address without a prefix length: %v", err)
 	}
 	var got proxy.NodePortAddresses
-	f := nodePortFlag{dst: &got}
+	f := &proxycmd.NodePortFlag{Dst: &got}
 	if err := f.Set("10.0.0.0/8,primary"); err != nil {
 		t.Fatal(err)
 	}
 	if s := got.String(); s != "10.0.0.0/8,primary" {
 		t.Fatalf("String() = %q", s)
-	}
-}
-
-// TestProxyDumpNeedsPins: --dump reads pins only, and says so when there
-// are none; other modes have no tables to dump.
-func TestProxyDumpNeedsPins(t *testing.T) {
-	err := runProxy(t.Context(), []string{"--proxy-mode", "ebpf", "--dump", "--bpf-pin-dir", t.TempDir()})
-	if err == nil || !strings.Contains(err.Error(), "nothing pinned") {
-		t.Errorf("--dump without pins: %v", err)
-	}
-	if err := runProxy(t.Context(), []string{"--proxy-mode", "nftables", "--dump"}); err == nil || !strings.Contains(err.Error(), "only --proxy-mode=ebpf") {
-		t.Errorf("--dump in nftables mode: %v", err)
 	}
 }

@@ -71,7 +71,10 @@ func TestManifestRBAC(t *testing.T) {
 	nettest.RequirePrivileged(t)
 	nettest.RequireTool(t, "iptables-restore")
 	nettest.RequireTool(t, "nft")
-	bin := filepath.Join(testbin.Build(t), "nodenet")
+	binDir := testbin.Build(t)
+	// The image's binaries, as the agent maps them.
+	bins := map[string]string{daemonset.NodenetPath: filepath.Join(binDir, "nodenet"),
+		daemonset.NodenetProxyPath: filepath.Join(binDir, "nodenet-proxy")}
 	enf := &rbacEnforcer{rules: manifest.Rules(), seen: map[string]bool{}}
 	api := testapi.Start(t, func(c *apiserver.Config) { c.Authorizer = enf })
 
@@ -125,8 +128,9 @@ func TestManifestRBAC(t *testing.T) {
 	}
 	procs := map[string]*nettest.Process{}
 	for _, c := range pod.Containers {
-		if c.Command[0] != daemonset.NodenetPath {
-			t.Fatalf("%s runs %s, not %s", c.Name, c.Command[0], daemonset.NodenetPath)
+		bin, ok := bins[c.Command[0]]
+		if !ok {
+			t.Fatalf("%s runs %s, not one of the image's binaries", c.Name, c.Command[0])
 		}
 		var args []string
 		for _, a := range c.Command[1:] {

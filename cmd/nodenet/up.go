@@ -21,10 +21,11 @@ import (
 	"github.com/nodenet/nodenet/cluster"
 	"github.com/nodenet/nodenet/daemonset"
 	"github.com/nodenet/nodenet/daemonset/manifest"
+	"github.com/nodenet/nodenet/internal/cli"
 	"github.com/nodenet/nodenet/internal/periodic"
 	"github.com/nodenet/nodenet/node"
 	"github.com/nodenet/nodenet/node/shim"
-	"github.com/nodenet/nodenet/proxy/ipvs"
+	"github.com/nodenet/nodenet/proxy/proxycmd"
 )
 
 const defaultStateDir = "/tmp/nodenet"
@@ -74,7 +75,7 @@ func parseUp(args []string) (upOptions, error) {
 	// The same modes `nodenet proxy` accepts, from the same map: a mode
 	// it lacks would only show up as crash-looping proxies.
 	if cfg.ProxyMode != cluster.ProxyModeNone {
-		modes := proxyModes(slog.New(slog.DiscardHandler), ebpfFlags{}, ipvs.Config{})
+		modes := proxycmd.DefaultModes(slog.New(slog.DiscardHandler))
 		if err := modes.Check(cfg.ProxyMode); err != nil {
 			errs = append(errs, fmt.Errorf("%w; up also accepts %s (no proxy)", err, cluster.ProxyModeNone))
 		} else if avail := modes[cfg.ProxyMode].Available; avail != nil {
@@ -281,8 +282,8 @@ func runAgent(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	var o node.Options
 	var kubeconfig string
-	var binDirs stringList
-	var logs logFlags
+	var binDirs cli.StringList
+	var logs cli.LogFlags
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config)")
 	fs.StringVar(&o.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name (default $NODE_NAME)")
 	fs.StringVar(&o.NodeIP, "node-ip", "", "the node's InternalIP")
@@ -300,7 +301,7 @@ func runAgent(ctx context.Context, args []string) error {
 	fs.StringVar(&o.KubeletAddress, "address", "0.0.0.0", "IP the kubelet port (container logs, HTTPS) listens on")
 	fs.IntVar(&o.KubeletPort, "port", 10250, "the kubelet port (0 = do not serve container logs)")
 	clientCA := fs.String("client-ca-file", "", "CA that signs the API server's kubelet-client certificate (default: the kubeconfig's certificate authority)")
-	logs.register(fs)
+	logs.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -308,17 +309,17 @@ func runAgent(ctx context.Context, args []string) error {
 		return errors.New("--node-name and --node-ip are required")
 	}
 	if len(binDirs) == 0 {
-		binDirs = stringList{"/opt/cni/bin"}
+		binDirs = cli.StringList{"/opt/cni/bin"}
 	}
 	o.CNIBinDirs = binDirs
 	var err error
-	if o.Logger, err = logs.logger("agent"); err != nil {
+	if o.Logger, err = logs.Logger("agent"); err != nil {
 		return err
 	}
 	if o.Self, err = os.Executable(); err != nil {
 		return err
 	}
-	if o.Client, err = nodeClient(kubeconfig); err != nil {
+	if o.Client, err = cli.NodeClient(kubeconfig, component()); err != nil {
 		return err
 	}
 	if o.ClientCA, err = agentClientCA(kubeconfig, *clientCA); err != nil {
@@ -369,7 +370,7 @@ func runEcho(ctx context.Context, args []string) error {
 // trusts for the API server (the nodenet API server signs both with it).
 func agentClientCA(kubeconfig, file string) ([]byte, error) {
 	if file == "" {
-		cfg, err := restConfig(kubeconfig, 0, 0)
+		cfg, err := cli.RestConfig(kubeconfig, 0, 0, component())
 		if err != nil {
 			return nil, err
 		}

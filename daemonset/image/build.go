@@ -26,8 +26,9 @@ var Userland = []string{"iptables", "nftables"}
 
 // Binary paths inside the image.
 const (
-	NodenetPath    = daemonset.NodenetPath
-	NodenetCNIPath = daemonset.NodenetCNIPath
+	NodenetPath      = daemonset.NodenetPath
+	NodenetCNIPath   = daemonset.NodenetCNIPath
+	NodenetProxyPath = daemonset.NodenetProxyPath
 )
 
 // BuildOptions say where the sources and caches are.
@@ -46,7 +47,7 @@ type Built struct {
 	Packages []DebPackage
 }
 
-// Build compiles nodenet and nodenet-cni statically, takes the userland
+// Build compiles nodenet, nodenet-proxy and nodenet-cni statically, takes the userland
 // from Debian packages and writes the image to opts.Out.
 func Build(ctx context.Context, opts BuildOptions) (Built, error) {
 	if opts.Ref == "" {
@@ -68,7 +69,7 @@ func Build(ctx context.Context, opts BuildOptions) (Built, error) {
 	defer os.RemoveAll(tmp)
 
 	bins := NewLayer()
-	for _, b := range []struct{ pkg, path string }{{"./cmd/nodenet", NodenetPath}, {"./cmd/nodenet-cni", NodenetCNIPath}} {
+	for _, b := range []struct{ pkg, path string }{{"./cmd/nodenet", NodenetPath}, {"./cmd/nodenet-proxy", NodenetProxyPath}, {"./cmd/nodenet-cni", NodenetCNIPath}} {
 		out := filepath.Join(tmp, filepath.Base(b.path))
 		if err := goBuild(ctx, opts, b.pkg, out); err != nil {
 			return Built{}, err
@@ -110,7 +111,7 @@ func Build(ctx context.Context, opts BuildOptions) (Built, error) {
 		Layers:       []*Layer{base, bins},
 		LayerComments: []string{
 			"Debian userland: " + strings.Join(names, " "),
-			"nodenet and nodenet-cni (static)",
+			"nodenet, nodenet-proxy and nodenet-cni (static)",
 		},
 		Config: Config{
 			Entrypoint: []string{NodenetPath},

@@ -351,7 +351,7 @@ func daemonSet(o Options, labels map[string]string) *appsv1.DaemonSet {
 							Name: ProxyContainer, Image: o.Image, ImagePullPolicy: corev1.PullIfNotPresent,
 							// $(VAR) is expanded by the kubelet from the
 							// ConfigMap-backed env below.
-							Command: []string{daemonset.NodenetPath, "proxy", "--proxy-mode=$(PROXY_MODE)", "--hostname-override=$(NODE_NAME)",
+							Command: []string{daemonset.NodenetProxyPath, "--proxy-mode=$(PROXY_MODE)", "--hostname-override=$(NODE_NAME)",
 								"--cluster-cidr=$(CLUSTER_CIDR)", "--nodeport-addresses=$(NODEPORT_ADDRESSES)",
 								fmt.Sprintf("--healthz-bind-address=0.0.0.0:%d", ProxyHealthPort),
 								// The ebpf mode's pins and the cgroup whose

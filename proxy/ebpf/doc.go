@@ -194,7 +194,11 @@
 // table). tc_suite_test.go runs proxytest.KernelSuite with
 // tc on all of the node's interfaces and nothing in the cgroup: every case
 // passes (hairpin included: the pod's packets are translated on its veth)
-// (Metrics too, now that the mode is registered).
+// (Metrics too, now that the mode is registered) but one. Both suites wait
+// for ExternalTrafficPolicyLocalFromInside (waitingForInsideETPLocal): a
+// pod or the node reaching an eTP=Local LB IP or NodePort on a node
+// without local endpoints is refused, where the other modes send it to
+// the cluster-wide endpoints (kubernetes#71596).
 //
 // Not on the tc path: wildcard NodePorts (the entry points are the node's
 // addresses from its Node object, as for the socket programs), IPv6

@@ -14,7 +14,8 @@ import (
 // TestKernelSuiteThroughTC runs the shared real-kernel suite with nothing
 // in the socket programs' cgroup and the tc program on all of the node's
 // interfaces: every case's traffic (the client's, and the pods' own for
-// hairpin) is translated by the tc path alone.
+// hairpin) is translated by the tc path alone. It waits for the mode's
+// fix of eTP Local from inside the cluster (waitingForInsideETPLocal).
 func TestKernelSuiteThroughTC(t *testing.T) {
 	nettest.RequirePrivileged(t)
 	nettest.SkipShort(t, "the real-kernel suite through the tc path")
@@ -32,8 +33,11 @@ func TestKernelSuiteThroughTC(t *testing.T) {
 			}
 		}
 	})
-	proxytest.KernelSuite(t, func(t testing.TB, n *nettest.NS, f proxy.Family) proxy.DataPlane {
+	proxytest.KernelSuiteWaiting(t, func(t testing.TB, n *nettest.NS, f proxy.Family) proxy.DataPlane {
 		node = n
 		return dp(f)
+	}, map[string]string{
+		"ExternalTrafficPolicyLocalFromInside":      waitingForInsideETPLocal,
+		"IPv6/ExternalTrafficPolicyLocalFromInside": waitingForInsideETPLocal,
 	})
 }

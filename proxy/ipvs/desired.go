@@ -22,6 +22,12 @@ type entry struct {
 	sourceRanges []netip.Prefix
 	// bind: the address goes on the VIP device (not a node address).
 	bind bool
+	// inside, when valid, is the ClusterIP:port that pods and the node
+	// itself reach through this eTP=Local entry point: traffic from inside
+	// the cluster needs no client address kept and goes to any endpoint,
+	// so a node without local endpoints does not refuse it
+	// (kubernetes#71596), as the iptables and nftables modes do.
+	inside netip.AddrPort
 }
 
 // entries computes every entry point of sp. nodeAddrs are where its
@@ -42,16 +48,23 @@ func entries(sp *proxy.ServicePort, nodeAddrs []netip.Addr, scheduler string) []
 	internal := destinations(sp.Selected.InternalEndpoints(sp))
 	external := destinations(sp.Selected.ExternalEndpoints(sp))
 	masq := !sp.ExternalPolicyLocal
+	// The ClusterIP's virtual server has the cluster-wide endpoints when
+	// the Service uses them (iTP=Cluster): under eTP=Local, inside traffic
+	// to the external entry points is sent there.
+	var inside netip.AddrPort
+	if sp.ExternalPolicyLocal && sp.Selected.UsesCluster && len(sp.Selected.Cluster) > 0 {
+		inside = netip.AddrPortFrom(sp.ClusterIP, sp.Port)
+	}
 	out := []entry{{svc: svc(sp.ClusterIP, sp.Port), dests: internal, bind: true}}
 	for _, a := range sp.ExternalIPs {
-		out = append(out, entry{svc: svc(a, sp.Port), dests: external, external: true, masq: masq, bind: true})
+		out = append(out, entry{svc: svc(a, sp.Port), dests: external, external: true, masq: masq, bind: true, inside: inside})
 	}
 	for _, a := range sp.LoadBalancerIPs {
-		out = append(out, entry{svc: svc(a, sp.Port), dests: external, external: true, masq: masq, bind: true, sourceRanges: sp.LoadBalancerSourceRanges})
+		out = append(out, entry{svc: svc(a, sp.Port), dests: external, external: true, masq: masq, bind: true, sourceRanges: sp.LoadBalancerSourceRanges, inside: inside})
 	}
 	if sp.NodePort != 0 {
 		for _, a := range nodeAddrs {
-			out = append(out, entry{svc: svc(a, sp.NodePort), dests: external, external: true, masq: masq})
+			out = append(out, entry{svc: svc(a, sp.NodePort), dests: external, external: true, masq: masq, inside: inside})
 		}
 	}
 	return out

@@ -27,7 +27,20 @@
 //     outside loadBalancerSourceRanges, and refuse entry points without
 //     endpoints (TCP reset, ICMP port unreachable) — they get no virtual
 //     server, so a service without endpoints is refused, never blackholed.
-//     The table is rewritten in one nft transaction per sync.
+//     Its "inside" map sends traffic from inside the cluster (a source in
+//     --cluster-cidr, or the node itself, masqueraded) to an eTP=Local
+//     entry point on to the Service's ClusterIP:port (DNAT before IPVS
+//     sees it), whose virtual server has every endpoint: pods and the node
+//     need no client address kept, so a node without local endpoints does
+//     not refuse them (kubernetes#71596), as the iptables and nftables
+//     modes send them to the cluster-wide endpoints. Outside clients still
+//     get the local endpoints or the refusal. Under iTP=Local there is no
+//     cluster-wide virtual server to send them to, and nothing is
+//     redirected (iptables mode alike). A full sync rewrites the table in
+//     one nft transaction; a partial sync, whose chains are those already
+//     written, deletes and adds only the set and map elements that changed
+//     (one transaction, none when nothing did), so its nft cost is that of
+//     the change, not of every service.
 //   - sysctls: net.ipv4.vs.conntrack=1 (the masquerade rule needs IPVS
 //     connections in conntrack), expire_nodest_conn=1 and
 //     expire_quiescent_template=1.
@@ -52,7 +65,9 @@
 //
 // Syncs: the virtual and real servers of the changed service ports only
 // (each compared with the kernel's, so a full sync over unchanged state
-// writes nothing); a full sync also deletes nodenet's virtual servers that
+// writes nothing; the VIPs are diffed against the last sync's, listed
+// from the kernel on full syncs); a full sync also deletes nodenet's
+// virtual servers that
 // no service wants — leftovers of services deleted while the proxy was
 // down. Cleanup removes nodenet's virtual servers, the table and the
 // device, from any process; on a kernel without IPVS only the rest.
@@ -72,11 +87,6 @@
 // (ip_vs): /proc/net/ip_vs missing and the IPVS generic netlink family
 // unknown"): the proxy refuses to start and `nodenet up` refuses the mode
 // before starting anything (Probe).
-//
-// Not done (yet): internal traffic to an eTP=Local LB IP from a node
-// without local endpoints is refused rather than sent to cluster endpoints
-// (kubernetes#71596 wants the latter; it needs fwmark services); the nft
-// sets are rewritten whole at each sync, which costs O(services).
 //
 // Tests: the fake-backed unit and golden tests (testdata/golden-*.ipvs)
 // run anywhere; TestInVM boots Debian's kernel under qemu (package vmtest)

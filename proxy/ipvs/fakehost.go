@@ -3,11 +3,14 @@ package ipvs
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nodenet/nodenet/proxy"
 )
@@ -20,8 +23,10 @@ type FakeHost struct {
 	vips   map[netip.Addr]bool
 	// Node are the node's own addresses.
 	Node []netip.Addr
-	// Tables is the last script applied per nft family ("" once deleted).
+	// Tables is the table as written per nft family ("" once deleted).
 	Tables map[string]string
+	// Scripts are the nft scripts applied, in order.
+	Scripts []string
 }
 
 // NewFakeHost has node addresses 192.168.0.10 and fd00:192:168::10.
@@ -90,14 +95,78 @@ func (h *FakeHost) NodeAddrs(f proxy.Family) ([]netip.Addr, error) {
 	return out, nil
 }
 
-// ApplyNft keeps the part of the script after the table's deletion (the
-// table as written), or "" for a cleanup script.
+// ApplyNft keeps the part of a whole-table script after the table's
+// deletion (the table as written), or "" for a cleanup script; an element
+// script (add/delete element lines) is applied to the table kept, all or
+// nothing, with the kernel's errors: ENOENT for a missing table or a
+// deleted element that is not there. Scripts records every script.
 func (h *FakeHost) ApplyNft(_ context.Context, script string) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	fam, _, _ := strings.Cut(strings.TrimPrefix(script, "table "), " ")
-	_, body, _ := strings.Cut(script, "delete table "+fam+" "+TableName+"\n")
-	h.Tables[fam] = body
+	h.Scripts = append(h.Scripts, script)
+	if strings.HasPrefix(script, "table ") {
+		fam, _, _ := strings.Cut(strings.TrimPrefix(script, "table "), " ")
+		_, body, _ := strings.Cut(script, "delete table "+fam+" "+TableName+"\n")
+		h.Tables[fam] = body
+		return nil
+	}
+	tables := maps.Clone(h.Tables)
+	for _, line := range strings.Split(strings.TrimSuffix(script, "\n"), "\n") {
+		if err := applyElementLine(tables, line); err != nil {
+			return fmt.Errorf("nft %q: %w", line, err)
+		}
+	}
+	h.Tables = tables
+	return nil
+}
+
+// applyElementLine applies "add|delete element <family> <table> <set> {
+// e, … }" to the rendered tables.
+func applyElementLine(tables map[string]string, line string) error {
+	f := strings.SplitN(line, " ", 6)
+	if len(f) != 6 || f[1] != "element" || (f[0] != "add" && f[0] != "delete") {
+		return fmt.Errorf("not an element command")
+	}
+	body := tables[f[2]]
+	if f[3] != TableName || body == "" {
+		return unix.ENOENT
+	}
+	list := strings.TrimSuffix(strings.TrimPrefix(f[5], "{ "), " }")
+	// The set's declaration, and its elements line if it has one.
+	head := "\t" + "set " + f[4] + " {\n"
+	at := strings.Index(body, head)
+	if at < 0 {
+		head = "\tmap " + f[4] + " {\n"
+		if at = strings.Index(body, head); at < 0 {
+			return unix.ENOENT
+		}
+	}
+	end := at + strings.Index(body[at:], "\t}\n")
+	decl := body[at:end]
+	var elems []string
+	if _, cur, ok := strings.Cut(decl, "\t\telements = { "); ok {
+		elems = strings.Split(strings.TrimSuffix(cur, " }\n"), ", ")
+		decl, _, _ = strings.Cut(decl, "\t\telements = { ")
+	}
+	for _, e := range strings.Split(list, ", ") {
+		if f[0] == "add" {
+			if !slices.Contains(elems, e) {
+				elems = append(elems, e)
+			}
+			continue
+		}
+		// A map's element is deleted by its key.
+		i := slices.IndexFunc(elems, func(have string) bool { k, _, _ := strings.Cut(have, " : "); return k == e })
+		if i < 0 {
+			return unix.ENOENT
+		}
+		elems = slices.Delete(elems, i, i+1)
+	}
+	slices.Sort(elems)
+	if len(elems) > 0 {
+		decl += "\t\telements = { " + strings.Join(elems, ", ") + " }\n"
+	}
+	tables[f[2]] = body[:at] + decl + body[end:]
 	return nil
 }
 

@@ -26,6 +26,12 @@ const (
 	setFWGuarded   = "fw-guarded"    // LB entry points with source ranges
 	setFWAllowed   = "fw-allowed"    // LB entry point . allowed source range
 	setHairpin     = "hairpin"       // endpoint . port . endpoint
+	// mapInside: eTP=Local entry point → ClusterIP . port, where traffic
+	// from pods and the node goes instead (entry.inside); setInside holds
+	// its keys, for the marking rules: a kernel before 6.x refuses a map
+	// as the set of a lookup (EINVAL on Debian's 6.1).
+	mapInside = "inside"
+	setInside = "inside-entries"
 	// setNodePorts is no rule's: it records the virtual servers on node
 	// addresses (NodePorts) nodenet made, so a full sync and Cleanup, in
 	// this process or a later one, delete those and no other IPVS user's
@@ -41,77 +47,187 @@ func nftFamily(f proxy.Family) string {
 	return "ip"
 }
 
-// ruleset renders the whole table for the entries of a snapshot and the
-// record of nodenet's NodePort virtual servers: it is replaced in one nft
-// transaction (declared, deleted, written), so a sync never leaves it
-// half-applied.
-func ruleset(f proxy.Family, snap *proxy.Snapshot, all []entry, nodePorts []ServiceKey) string {
-	fam := nftFamily(f)
-	ip, addrType := "ip", "ipv4_addr"
+// table is the content of the mode's nft table for one sync: its chains,
+// which depend on the snapshot's cluster CIDRs and masquerade-all only,
+// and the elements of each set and map, sorted. A sync whose chains are
+// those already written changes elements only (delta), so the cost of a
+// partial sync is that of what changed, not of every service.
+type table struct {
+	family proxy.Family
+	chains string
+	elems  map[string][]string
+}
+
+// setDecl declares one set or map of the table.
+type setDecl struct{ kind, name, typ, flags string }
+
+// setDecls are the table's sets and maps, in the order they are written.
+func setDecls(f proxy.Family) []setDecl {
+	addrType := "ipv4_addr"
 	if f == proxy.IPv6 {
-		ip, addrType = "ip6", "ipv6_addr"
+		addrType = "ipv6_addr"
 	}
 	vipType := addrType + " . inet_proto . inet_service"
-	var cluster, external, none, guarded, allowed, hairpin, recorded []string
+	return []setDecl{
+		{"set", setClusterVIPs, vipType, ""},
+		{"set", setExternal, vipType, ""},
+		{"set", setNoEndpoints, vipType, ""},
+		{"set", setFWGuarded, vipType, ""},
+		{"set", setFWAllowed, vipType + " . " + addrType, "interval"},
+		{"set", setHairpin, addrType + " . inet_service . " + addrType, ""},
+		{"set", setNodePorts, vipType, ""},
+		{"set", setInside, vipType, ""},
+		{"map", mapInside, vipType + " : " + addrType + " . inet_service", ""},
+	}
+}
+
+// desiredTable is the table for the entries of a snapshot and the record
+// of nodenet's NodePort virtual servers.
+func desiredTable(f proxy.Family, snap *proxy.Snapshot, all []entry, nodePorts []ServiceKey) *table {
+	elems := map[string][]string{}
+	add := func(set, elem string) { elems[set] = append(elems[set], elem) }
 	for _, k := range nodePorts {
-		recorded = append(recorded, vipKey(k))
+		add(setNodePorts, vipKey(k))
 	}
 	for _, e := range all {
 		k := vipKey(e.svc.Key())
 		switch {
 		case len(e.dests) == 0:
-			none = append(none, k)
+			add(setNoEndpoints, k)
 		case !e.external:
-			cluster = append(cluster, k)
+			add(setClusterVIPs, k)
 		case e.masq:
-			external = append(external, k)
+			add(setExternal, k)
 		}
 		if len(e.sourceRanges) > 0 {
-			guarded = append(guarded, k)
+			add(setFWGuarded, k)
 			for _, r := range e.sourceRanges {
-				allowed = append(allowed, k+" . "+r.Masked().String())
+				add(setFWAllowed, k+" . "+r.Masked().String())
 			}
 		}
+		if e.inside.IsValid() {
+			add(mapInside, k+" : "+e.inside.Addr().String()+" . "+strconv.Itoa(int(e.inside.Port())))
+			add(setInside, k)
+		}
 		for _, d := range e.dests {
-			hairpin = append(hairpin, d.Addr.String()+" . "+strconv.Itoa(int(d.Port))+" . "+d.Addr.String())
+			add(setHairpin, d.Addr.String()+" . "+strconv.Itoa(int(d.Port))+" . "+d.Addr.String())
 		}
 	}
+	for name, es := range elems {
+		slices.Sort(es)
+		elems[name] = slices.Compact(es)
+	}
+	return &table{family: f, chains: chains(f, snap), elems: elems}
+}
+
+// script replaces the whole table in one nft transaction (declared,
+// deleted, written), so a sync never leaves it half-applied.
+func (t *table) script() string {
+	fam := nftFamily(t.family)
 	var b strings.Builder
 	p := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
 	p("table %s %s {}", fam, TableName)
 	p("delete table %s %s", fam, TableName)
 	p("table %s %s {", fam, TableName)
-	set := func(name, typ, flags string, elems []string) {
-		slices.Sort(elems)
-		elems = slices.Compact(elems)
-		p("\tset %s {", name)
-		p("\t\ttype %s", typ)
-		if flags != "" {
-			p("\t\tflags %s", flags)
+	for _, d := range setDecls(t.family) {
+		p("\t%s %s {", d.kind, d.name)
+		p("\t\ttype %s", d.typ)
+		if d.flags != "" {
+			p("\t\tflags %s", d.flags)
 		}
-		if len(elems) > 0 {
-			p("\t\telements = { %s }", strings.Join(elems, ", "))
+		if es := t.elems[d.name]; len(es) > 0 {
+			p("\t\telements = { %s }", strings.Join(es, ", "))
 		}
 		p("\t}")
 	}
-	set(setClusterVIPs, vipType, "", cluster)
-	set(setExternal, vipType, "", external)
-	set(setNoEndpoints, vipType, "", none)
-	set(setFWGuarded, vipType, "", guarded)
-	set(setFWAllowed, vipType+" . "+addrType, "interval", allowed)
-	set(setHairpin, addrType+" . inet_service . "+addrType, "", hairpin)
-	set(setNodePorts, vipType, "", recorded)
+	b.WriteString(t.chains)
+	p("}")
+	return b.String()
+}
+
+// delta is the nft script that turns prev, the table as last written,
+// into t: the elements to delete, then those to add, in one transaction
+// ("" when nothing changed). ok is false when the chains differ, and the
+// whole table must be written (script).
+func (t *table) delta(prev *table) (script string, ok bool) {
+	if prev == nil || prev.family != t.family || prev.chains != t.chains {
+		return "", false
+	}
+	fam := nftFamily(t.family)
+	var del, add strings.Builder
+	for _, d := range setDecls(t.family) {
+		gone, added := diffSorted(prev.elems[d.name], t.elems[d.name])
+		if d.kind == "map" {
+			// A map's element is deleted by its key; one whose value
+			// changed is deleted and added back.
+			for i, e := range gone {
+				gone[i], _, _ = strings.Cut(e, " : ")
+			}
+		}
+		if len(gone) > 0 {
+			fmt.Fprintf(&del, "delete element %s %s %s { %s }\n", fam, TableName, d.name, strings.Join(gone, ", "))
+		}
+		if len(added) > 0 {
+			fmt.Fprintf(&add, "add element %s %s %s { %s }\n", fam, TableName, d.name, strings.Join(added, ", "))
+		}
+	}
+	return del.String() + add.String(), true
+}
+
+// diffSorted returns what is in a but not b, and in b but not a, of two
+// sorted, duplicate-free lists.
+func diffSorted(a, b []string) (onlyA, onlyB []string) {
+	for len(a) > 0 && len(b) > 0 {
+		switch {
+		case a[0] == b[0]:
+			a, b = a[1:], b[1:]
+		case a[0] < b[0]:
+			onlyA, a = append(onlyA, a[0]), a[1:]
+		default:
+			onlyB, b = append(onlyB, b[0]), b[1:]
+		}
+	}
+	return append(onlyA, a...), append(onlyB, b...)
+}
+
+// chains renders the table's chains: fixed, but for the snapshot's
+// cluster CIDRs and masquerade-all.
+func chains(f proxy.Family, snap *proxy.Snapshot) string {
+	ip := "ip"
+	if f == proxy.IPv6 {
+		ip = "ip6"
+	}
+	var b strings.Builder
+	p := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
 	vip := ip + " daddr . meta l4proto . th dport"
 	mark := fmt.Sprintf("meta mark set meta mark | 0x%08x", proxy.MasqueradeMark)
+	var cidrs string
+	if len(snap.ClusterCIDRs) > 0 {
+		var cs []string
+		for _, c := range snap.ClusterCIDRs {
+			cs = append(cs, c.Masked().String())
+		}
+		cidrs = "{ " + strings.Join(cs, ", ") + " }"
+	}
 	// Marking runs before IPVS takes the packet (LOCAL_IN at priority 98,
-	// LOCAL_OUT at -99) and before filtering.
+	// LOCAL_OUT at -99), before filtering and before the inside redirect
+	// (dstnat), so it sees the address the client used.
 	p("\tchain prerouting {")
 	p("\t\ttype filter hook prerouting priority -110; policy accept;")
 	p("\t\t%s @%s %s . %s saddr != @%s drop", vip, setFWGuarded, vip, ip, setFWAllowed)
+	if snap.MasqueradeAll && cidrs != "" {
+		// Pods redirected to a ClusterIP are masqueraded like those
+		// reaching it directly.
+		p("\t\t%s saddr %s %s @%s %s", ip, cidrs, vip, setInside, mark)
+	}
 	p("\t\tjump set-mark")
 	p("\t}")
 	p("\tchain output {")
 	p("\t\ttype filter hook output priority -110; policy accept;")
+	// The node's own connections to an eTP=Local entry point leave with
+	// the VIP or a node address as source, which the endpoint, on
+	// another node, cannot answer: masqueraded, as iptables mode does.
+	p("\t\t%s @%s %s", vip, setInside, mark)
 	p("\t\tjump set-mark")
 	p("\t}")
 	p("\tchain set-mark {")
@@ -119,13 +235,24 @@ func ruleset(f proxy.Family, snap *proxy.Snapshot, all []entry, nodePorts []Serv
 	switch {
 	case snap.MasqueradeAll:
 		p("\t\t%s @%s %s", vip, setClusterVIPs, mark)
-	case len(snap.ClusterCIDRs) > 0:
-		var cidrs []string
-		for _, c := range snap.ClusterCIDRs {
-			cidrs = append(cidrs, c.Masked().String())
-		}
-		p("\t\t%s saddr != { %s } %s @%s %s", ip, strings.Join(cidrs, ", "), vip, setClusterVIPs, mark)
+	case cidrs != "":
+		p("\t\t%s saddr != %s %s @%s %s", ip, cidrs, vip, setClusterVIPs, mark)
 	}
+	p("\t}")
+	// The inside redirect (kubernetes#71596): pods (by --cluster-cidr)
+	// and the node reaching an eTP=Local entry point go to the Service's
+	// ClusterIP, whose virtual server has every endpoint; others reach
+	// the entry point's own virtual server (local endpoints) or refusal.
+	redirect := fmt.Sprintf("meta l4proto { tcp, udp, sctp } dnat %s to %s map @%s", ip, vip, mapInside)
+	p("\tchain nat-prerouting {")
+	p("\t\ttype nat hook prerouting priority dstnat; policy accept;")
+	if cidrs != "" {
+		p("\t\t%s saddr %s %s", ip, cidrs, redirect)
+	}
+	p("\t}")
+	p("\tchain nat-output {")
+	p("\t\ttype nat hook output priority -100; policy accept;")
+	p("\t\t%s", redirect)
 	p("\t}")
 	// Refusal: an entry point without endpoints has no virtual server, so
 	// its packets reach INPUT; TCP gets a reset (ECONNREFUSED at once),
@@ -147,7 +274,6 @@ func ruleset(f proxy.Family, snap *proxy.Snapshot, all []entry, nodePorts []Serv
 	p("\t\tmeta mark set meta mark ^ 0x%08x", proxy.MasqueradeMark)
 	p("\t\tmasquerade fully-random")
 	p("\t}")
-	p("}")
 	return b.String()
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"slices"
 	"sync"
@@ -68,6 +69,12 @@ type Proxier struct {
 	// a restarted proxy knows its predecessor's); nodePortsRead: it was.
 	nodePorts     map[ServiceKey]bool
 	nodePortsRead bool
+	// table is the nft table as the last sync wrote it, and vips the
+	// device's addresses after it: a partial sync writes the difference
+	// to them (nil: unknown, so the table is rewritten and the device's
+	// addresses listed).
+	table *table
+	vips  map[netip.Addr]bool
 }
 
 // New is the data plane over an IPVS handle and a host (both in the node's
@@ -106,6 +113,10 @@ func (p *Proxier) Sync(ctx context.Context, snap *proxy.Snapshot, changed proxy.
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var res proxy.SyncResult
+	// A device (re)made here holds none of the VIPs the last sync left.
+	if ok, err := p.host.DeviceExists(); err != nil || !ok {
+		p.vips = nil
+	}
 	if err := p.host.EnsureDevice(); err != nil {
 		return res, err
 	}
@@ -144,7 +155,7 @@ func (p *Proxier) Sync(ctx context.Context, snap *proxy.Snapshot, changed proxy.
 	}
 	// Virtual servers on a VIP the device holds now, or on a node
 	// address, are nodenet's: a full sync removes those not wanted.
-	bound, err := p.host.VIPs(p.family)
+	bound, err := p.boundVIPs(changed.Full)
 	if err != nil {
 		return res, err
 	}
@@ -173,8 +184,8 @@ func (p *Proxier) Sync(ctx context.Context, snap *proxy.Snapshot, changed proxy.
 	}
 	// The record is written before the virtual servers it names are
 	// made, so whatever this sync leaves behind is recorded.
-	if err := p.host.ApplyNft(ctx, ruleset(p.family, snap, all, record)); err != nil {
-		return res, fmt.Errorf("ipvs mode nft table: %w", err)
+	if err := p.syncTable(ctx, desiredTable(p.family, snap, all, record), changed.Full); err != nil {
+		return res, err
 	}
 	for _, n := range ports {
 		for _, e := range p.programmed[n] {
@@ -411,28 +422,62 @@ func (p *Proxier) removeLeftovers(have map[ServiceKey]Service, wanted map[Servic
 	return written, nil
 }
 
+// syncTable brings the nft table to t: the whole table on a full sync or
+// when the last write is unknown or its chains differ, else only the
+// elements that changed (none: no nft run at all).
+func (p *Proxier) syncTable(ctx context.Context, t *table, full bool) error {
+	script, ok := "", false
+	if !full {
+		script, ok = t.delta(p.table)
+	}
+	if !ok {
+		script = t.script()
+	}
+	if script == "" {
+		return nil
+	}
+	p.table = nil
+	if err := p.host.ApplyNft(ctx, script); err != nil {
+		return fmt.Errorf("ipvs mode nft table: %w", err)
+	}
+	p.table = t
+	return nil
+}
+
+// boundVIPs are the device's addresses: listed from the kernel on a full
+// sync or when unknown, else those the last sync left.
+func (p *Proxier) boundVIPs(full bool) ([]netip.Addr, error) {
+	if full || p.vips == nil {
+		return p.host.VIPs(p.family)
+	}
+	out := make([]netip.Addr, 0, len(p.vips))
+	for a := range p.vips {
+		out = append(out, a)
+	}
+	return out, nil
+}
+
 // syncVIPs makes the device, which holds have, hold exactly want (of
-// this family).
+// this family), and remembers that for the next partial sync.
 func (p *Proxier) syncVIPs(have []netip.Addr, want map[netip.Addr]bool) error {
+	p.vips = nil
+	add := maps.Clone(want)
 	for _, a := range have {
 		if want[a] {
-			delete(want, a)
+			delete(add, a)
 			continue
 		}
 		if err := p.host.DelVIP(a); err != nil {
 			return err
 		}
 	}
-	add := make([]netip.Addr, 0, len(want))
-	for a := range want {
-		add = append(add, a)
-	}
-	slices.SortFunc(add, netip.Addr.Compare)
-	for _, a := range add {
+	sorted := slices.SortedFunc(maps.Keys(add), netip.Addr.Compare)
+	for _, a := range sorted {
 		if err := p.host.AddVIP(a); err != nil {
 			return err
 		}
 	}
+	p.vips = want
 	return nil
 }
 
@@ -495,6 +540,7 @@ func (p *Proxier) Cleanup(ctx context.Context) error {
 	p.programmed = map[proxy.ServicePortName][]entry{}
 	p.draining = map[ServiceKey]map[netip.AddrPort]time.Time{}
 	p.nodePorts, p.nodePortsRead = nil, false
+	p.table, p.vips = nil, nil
 	return errors.Join(errs...)
 }
 

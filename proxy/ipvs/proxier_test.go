@@ -3,6 +3,7 @@ package ipvs
 import (
 	"context"
 	"flag"
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -189,5 +190,79 @@ func TestConfigValidate(t *testing.T) {
 		if err := c.Validate(); err == nil {
 			t.Errorf("%+v accepted", c)
 		}
+	}
+}
+
+// TestETPLocalInsideGoesToClusterIP (kubernetes#71596): an eTP=Local LB IP
+// and NodePort on a node without local endpoints get no virtual server
+// (outside clients are refused), and traffic from inside the cluster is
+// redirected to the ClusterIP, whose virtual server has every endpoint;
+// under iTP=Local the ClusterIP has no more than the LB IP, so nothing is
+// redirected.
+func TestETPLocalInsideGoesToClusterIP(t *testing.T) {
+	remoteOnly := func(opts ...proxytest.PortOpt) *proxy.ServicePort {
+		return webPort(append([]proxytest.PortOpt{proxytest.WithETPLocal, proxytest.WithLB("192.0.2.10"), proxytest.WithNodePort(30080),
+			proxytest.WithEndpoints(8080, "10.244.2.2")}, opts...)...)
+	}
+	snap := proxytest.Snapshot(proxy.IPv4, remoteOnly())
+	p, h, host := newFakeProxier(proxy.IPv4, Config{})
+	syncOK(t, p, snap, proxytest.Full)
+	if s, _ := h.Services(); len(s) != 1 || s[0].Key() != webKey {
+		t.Fatalf("virtual servers %v, want the ClusterIP's only", s)
+	}
+	table := host.Tables["ip"]
+	for _, want := range []string{
+		"elements = { 192.0.2.10 . tcp . 80 : 10.96.0.10 . 80, 192.168.0.10 . tcp . 30080 : 10.96.0.10 . 80 }",
+		"ip saddr { 10.244.0.0/16 } meta l4proto { tcp, udp, sctp } dnat ip to ip daddr . meta l4proto . th dport map @inside",
+		"elements = { 192.0.2.10 . tcp . 80, 192.168.0.10 . tcp . 30080 }", // refused from outside
+	} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q:\n%s", want, table)
+		}
+	}
+	itp := proxytest.Snapshot(proxy.IPv4, remoteOnly(proxytest.WithITPLocal))
+	syncOK(t, p, itp, proxytest.Full)
+	if strings.Contains(host.Tables["ip"], " : 10.96.0.10 . 80") {
+		t.Errorf("iTP=Local service redirected:\n%s", host.Tables["ip"])
+	}
+}
+
+// TestPartialSyncWritesOnlyChangedElements: an endpoint replaced in one
+// service is one nft transaction deleting and adding that service's
+// elements and nothing else, and leaves the table a full sync would
+// write; a sync that changes no element runs no nft at all.
+func TestPartialSyncWritesOnlyChangedElements(t *testing.T) {
+	for _, fam := range []proxy.Family{proxy.IPv4, proxy.IPv6} {
+		t.Run(fam.String(), func(t *testing.T) {
+			p, _, host := newFakeProxier(fam, Config{})
+			syncOK(t, p, proxytest.Snapshot(fam, proxytest.GoldenServices(fam)...), proxytest.Full)
+			ports := proxytest.GoldenServices(fam)
+			old, repl := "10.244.2.2", "10.244.2.3"
+			if fam == proxy.IPv6 {
+				old, repl = "fd10::2:2", "fd10::2:3"
+			}
+			ports[0] = proxytest.Port("default", "web", ports[0].ClusterIP.String(), 80, proxy.TCP,
+				proxytest.WithEndpoints(8080, ports[0].Endpoints[0].IP.String(), repl))
+			snap := proxytest.Snapshot(fam, ports...)
+			before := len(host.Scripts)
+			syncOK(t, p, snap, proxytest.Changed(web))
+			fm := nftFamily(fam)
+			want := fmt.Sprintf("delete element %s %s hairpin { %s . 8080 . %s }\nadd element %s %s hairpin { %s . 8080 . %s }\n",
+				fm, TableName, old, old, fm, TableName, repl, repl)
+			if got := host.Scripts[before:]; len(got) != 1 || got[0] != want {
+				t.Fatalf("partial sync wrote %q, want %q", got, want)
+			}
+			_, _, fresh := newFakeProxier(fam, Config{})
+			fp := New(fam, NewFake(), fresh, Config{}, testapi.Logger())
+			syncOK(t, fp, proxytest.Snapshot(fam, ports...), proxytest.Full)
+			if host.Tables[fm] != fresh.Tables[fm] {
+				t.Fatalf("table after the partial sync:\n%s\nwant (full sync):\n%s", host.Tables[fm], fresh.Tables[fm])
+			}
+			before = len(host.Scripts)
+			syncOK(t, p, snap, proxytest.Changed(web))
+			if len(host.Scripts) != before {
+				t.Fatalf("a sync without changes ran nft: %q", host.Scripts[before:])
+			}
+		})
 	}
 }

@@ -161,6 +161,7 @@ var trafficCases = []trafficCase{
 	{"NoEndpointsIsRefusedImmediately", noEndpointsIsRefusedImmediately},
 	{"SessionAffinitySticks", sessionAffinitySticks},
 	{"ExternalTrafficPolicyLocal", externalTrafficPolicyLocal},
+	{"ExternalTrafficPolicyLocalFromInside", externalTrafficPolicyLocalFromInside},
 	{"RemovedUDPEndpointGetsNoMoreDatagrams", removedUDPEndpointGetsNoMoreDatagrams},
 	{"Hairpin", hairpin},
 }
@@ -202,17 +203,7 @@ func nodePortFromAnotherNamespace(t *testing.T, e *Env, s stack) {
 
 func noEndpointsIsRefusedImmediately(t *testing.T, e *Env, s stack) {
 	svc := s.create(t, e, s.service("empty", v1.ProtocolTCP, TCPPort))
-	Eventually(t, wait, "connection refused at "+vip(svc), func() error {
-		start := time.Now()
-		_, err := DialTCP(e.Client, vip(svc), 3*time.Second)
-		if !errors.Is(err, syscall.ECONNREFUSED) {
-			return fmt.Errorf("dial: %v", err)
-		}
-		if d := time.Since(start); d > time.Second {
-			return fmt.Errorf("refusal took %v", d)
-		}
-		return nil
-	})
+	Eventually(t, wait, "connection refused at "+vip(svc), func() error { return refusedAtOnce(e.Client, vip(svc)) })
 	// Endpoints appearing later make it work.
 	e.SetEndpoints(t, svc, TCPPort, s.pod1)
 	Eventually(t, wait, "service with new endpoints", func() error {
@@ -261,11 +252,20 @@ func externalTrafficPolicyLocal(t *testing.T, e *Env, s stack) {
 		}
 		return err
 	})
-	e.SetEndpoints(t, svc, TCPPort, s.pod1, s.pod2)
-	for _, addr := range []string{
+	entries := []string{
 		net.JoinHostPort(s.nodeIP, fmt.Sprint(svc.Spec.Ports[0].NodePort)),
 		net.JoinHostPort(s.lbIP, fmt.Sprint(svc.Spec.Ports[0].Port)),
-	} {
+	}
+	// Only a remote endpoint: a client from outside the cluster has none
+	// it may use, and is told so at once rather than left to time out.
+	e.SetEndpoints(t, svc, TCPPort, s.pod2)
+	for _, addr := range entries {
+		Eventually(t, wait, "eTP Local without local endpoints refused at "+addr, func() error {
+			return refusedAtOnce(e.Client, addr)
+		})
+	}
+	e.SetEndpoints(t, svc, TCPPort, s.pod1, s.pod2)
+	for _, addr := range entries {
 		Eventually(t, wait, "eTP Local at "+addr, func() error { return onlyLocalSeesClient(e, s, addr) })
 	}
 	Eventually(t, wait, "health check 200 with 1 local endpoint", func() error {
@@ -280,6 +280,61 @@ func externalTrafficPolicyLocal(t *testing.T, e *Env, s stack) {
 		}
 		return nil
 	})
+}
+
+// externalTrafficPolicyLocalFromInside: pods and the node itself reaching
+// an eTP=Local Service's external entry points are inside the cluster, so
+// any endpoint will do; a node without local endpoints must not refuse or
+// blackhole them (kubernetes#71596). Pods keep their source address, as
+// they do through the ClusterIP.
+func externalTrafficPolicyLocalFromInside(t *testing.T, e *Env, s stack) {
+	local := s.service("local-inside", v1.ProtocolTCP, TCPPort)
+	local.Spec.Type = v1.ServiceTypeLoadBalancer
+	local.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+	// Another port than ExternalTrafficPolicyLocal's Service on the same
+	// LB IP.
+	local.Spec.Ports[0].Port = TCPPort + 1
+	svc := s.create(t, e, local)
+	svc.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: s.lbIP}}
+	svc, err := e.Kube.CoreV1().Services("default").UpdateStatus(t.Context(), svc, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatalf("set LB ingress: %v", err)
+	}
+	e.SetEndpoints(t, svc, TCPPort, s.pod2) // none on this node
+	lb := net.JoinHostPort(s.lbIP, fmt.Sprint(svc.Spec.Ports[0].Port))
+	nodePort := net.JoinHostPort(s.nodeIP, fmt.Sprint(svc.Spec.Ports[0].NodePort))
+	for _, addr := range []string{lb, nodePort} {
+		Eventually(t, wait, "pod1 reaching the remote endpoint at "+addr, func() error {
+			r, err := DialTCP(e.Pod1, addr, time.Second)
+			switch {
+			case err != nil:
+				return err
+			case r.Backend != "pod2":
+				return fmt.Errorf("answered by %s", r.Backend)
+			}
+			if host, _, _ := net.SplitHostPort(r.Peer); host != s.pod1.IP {
+				return fmt.Errorf("backend saw %s, not the pod %s", r.Peer, s.pod1.IP)
+			}
+			return nil
+		})
+	}
+	Eventually(t, wait, "the node reaching the remote endpoint at "+lb, func() error {
+		return answeredBy(e.Node, lb, "pod2")
+	})
+}
+
+// refusedAtOnce checks that a connection from ns to addr is refused
+// within a second (a reset, not a drop).
+func refusedAtOnce(ns *nettest.NS, addr string) error {
+	start := time.Now()
+	_, err := DialTCP(ns, addr, 3*time.Second)
+	if !errors.Is(err, syscall.ECONNREFUSED) {
+		return fmt.Errorf("dial: %v", err)
+	}
+	if d := time.Since(start); d > time.Second {
+		return fmt.Errorf("refusal took %v", d)
+	}
+	return nil
 }
 
 // onlyLocalSeesClient checks that connections to addr reach only the local

@@ -33,12 +33,39 @@ func RunPackage(t *testing.T, run string, modules ...string) *Result {
 // RunPackageSkipping is RunPackage with skip as -test.skip.
 func RunPackageSkipping(t *testing.T, run, skip string, modules ...string) *Result {
 	t.Helper()
+	args := []string{"-test.run", run, "-test.v", "-test.count=1"}
+	if skip != "" {
+		args = append(args, "-test.skip", skip)
+	}
+	if testing.Short() {
+		args = append(args, "-test.short")
+	}
+	return RunPackageArgs(t, Package{Args: args, Modules: modules, Timeout: Timeout})
+}
+
+// Package is what RunPackageArgs runs in the VM.
+type Package struct {
+	// Args are the test binary's arguments (-test.run, -test.bench …).
+	Args []string
+	// Modules are loaded before the binary starts.
+	Modules []string
+	// Timeout bounds the VM's run (boot to power-off).
+	Timeout time.Duration
+	// MemoryMB is the guest's memory (default 1024).
+	MemoryMB int
+}
+
+// RunPackageArgs is RunPackage for any test binary arguments (a benchmark
+// run, say): the gates, the build and the boot are the same. tb fails
+// unless the binary exits 0.
+func RunPackageArgs(tb testing.TB, pkg Package) *Result {
+	tb.Helper()
 	if InGuest() {
-		t.Skip("vmtest: already inside the VM")
+		tb.Skip("vmtest: already inside the VM")
 	}
 	for _, tool := range []string{QemuBinary, "busybox", "apt-get", "dpkg", "xz", "ipvsadm"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			nettest.Require(t, fmt.Errorf("vmtest needs %s (apt-get install qemu-system-x86 busybox-static ipvsadm xz-utils): %w", tool, err))
+			nettest.Require(tb, fmt.Errorf("vmtest needs %s (apt-get install qemu-system-x86 busybox-static ipvsadm xz-utils): %w", tool, err))
 			return nil
 		}
 	}
@@ -47,28 +74,21 @@ func RunPackageSkipping(t *testing.T, run, skip string, modules ...string) *Resu
 	prep := time.Now()
 	k, err := FetchKernel(ctx)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	base, err := BaseInitramfs(ctx, k)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	wd, err := os.Getwd()
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	bin, err := BuildTest(ctx, wd, t.TempDir())
+	bin, err := BuildTest(ctx, wd, tb.TempDir())
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Logf("vmtest: kernel %s, initramfs and test binary ready in %v", k.Package, time.Since(prep).Round(time.Millisecond))
-	args := []string{"-test.run", run, "-test.v", "-test.count=1"}
-	if skip != "" {
-		args = append(args, "-test.skip", skip)
-	}
-	if testing.Short() {
-		args = append(args, "-test.short")
-	}
+	tb.Logf("vmtest: kernel %s, initramfs and test binary ready in %v", k.Package, time.Since(prep).Round(time.Millisecond))
 	// The shared suites wait longer for a sync under TCG (a loaded
 	// 2-core host ran them 3-5 times slower than 10 s allowed).
 	env := []string{nettest.EnvPrivileged + "=1", "NODENET_TEST_WAIT=60s"}
@@ -76,15 +96,19 @@ func RunPackageSkipping(t *testing.T, run, skip string, modules ...string) *Resu
 	if v := os.Getenv("NODENET_TEST_LOG"); v != "" {
 		env = append(env, "NODENET_TEST_LOG="+v)
 	}
-	ctx, cancel = context.WithTimeout(context.Background(), Timeout)
-	defer cancel()
-	res, err := Run(ctx, k, base, Options{Binary: bin, Args: args, Modules: modules, Env: env, MemoryMB: 1024})
-	if err != nil {
-		t.Fatalf("vmtest: %v", err)
+	mem := pkg.MemoryMB
+	if mem == 0 {
+		mem = 1024
 	}
-	t.Logf("vmtest: VM ran for %v, exit %d; output:\n%s", res.Elapsed.Round(time.Millisecond), res.ExitCode, res.Output)
+	ctx, cancel = context.WithTimeout(context.Background(), pkg.Timeout)
+	defer cancel()
+	res, err := Run(ctx, k, base, Options{Binary: bin, Args: pkg.Args, Modules: pkg.Modules, Env: env, MemoryMB: mem})
+	if err != nil {
+		tb.Fatalf("vmtest: %v", err)
+	}
+	tb.Logf("vmtest: VM ran for %v, exit %d; output:\n%s", res.Elapsed.Round(time.Millisecond), res.ExitCode, res.Output)
 	if res.ExitCode != 0 {
-		t.Fatalf("vmtest: the tests inside the VM failed (exit %d)", res.ExitCode)
+		tb.Fatalf("vmtest: the tests inside the VM failed (exit %d)", res.ExitCode)
 	}
 	return res
 }

@@ -1,4 +1,4 @@
-package main
+package proxycmd
 
 import (
 	"net/netip"
@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/nodenet/nodenet/internal/cli"
 	"github.com/nodenet/nodenet/proxy"
 )
 
@@ -33,13 +34,13 @@ func TestTCNodeAddrs(t *testing.T) {
 }
 
 func TestTCAutoAlone(t *testing.T) {
-	if err := (ebpfFlags{tcInterfaces: stringList{"auto"}}).validate(); err != nil {
+	if err := (ebpfFlags{tcInterfaces: cli.StringList{"auto"}}).validate(); err != nil {
 		t.Errorf("auto alone: %v", err)
 	}
-	if err := (ebpfFlags{tcInterfaces: stringList{"eth0", "eth1"}}).validate(); err != nil {
+	if err := (ebpfFlags{tcInterfaces: cli.StringList{"eth0", "eth1"}}).validate(); err != nil {
 		t.Errorf("named interfaces: %v", err)
 	}
-	err := (ebpfFlags{tcInterfaces: stringList{"eth0", "auto"}}).validate()
+	err := (ebpfFlags{tcInterfaces: cli.StringList{"eth0", "auto"}}).validate()
 	if err == nil || !strings.Contains(err.Error(), `--bpf-tc-interfaces eth0,auto: "auto" chooses every interface`) {
 		t.Errorf("auto beside a name: err = %v", err)
 	}

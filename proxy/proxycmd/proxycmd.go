@@ -1,4 +1,4 @@
-package main
+package proxycmd
 
 import (
 	"cmp"
@@ -23,6 +23,7 @@ import (
 
 	"github.com/nodenet/nodenet/internal/cgroup2"
 	"github.com/nodenet/nodenet/internal/cidrlist"
+	"github.com/nodenet/nodenet/internal/cli"
 	ipt "github.com/nodenet/nodenet/internal/iptables"
 	"github.com/nodenet/nodenet/proxy"
 	"github.com/nodenet/nodenet/proxy/app"
@@ -32,24 +33,29 @@ import (
 	"github.com/nodenet/nodenet/proxy/nftables"
 )
 
-// runProxy is `nodenet proxy`: kube-proxy's flags, one data plane per
-// --proxy-mode chosen from the explicit map below.
-func runProxy(ctx context.Context, args []string) error {
+// Component names the proxy to the API server (its user agent) and in its
+// logs, whichever binary runs it.
+const Component = "nodenet-proxy"
+
+// Run is the proxy command (`nodenet proxy`, `nodenet-proxy`): kube-proxy's
+// flags, one data plane per --proxy-mode chosen from the explicit map of
+// Modes, running until ctx ends.
+func Run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
 	var (
 		o                    app.Options
 		kubeconfig, hostname string
 		cleanup, dump        bool
 		eb                   ebpfFlags
-		logs                 logFlags
+		logs                 cli.LogFlags
 		ipvsCfg              ipvs.Config
 	)
 	fs.StringVar(&o.Mode, "proxy-mode", "iptables", "data plane: iptables, nftables, ipvs or ebpf")
 	fs.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: in-cluster config)")
 	fs.StringVar(&hostname, "hostname-override", "", "this node's name (default $NODE_NAME, else the host name)")
-	fs.Var(newCIDRsFlag(&o.Core.ClusterCIDRs, cidrlist.DualStack), "cluster-cidr", "pod CIDR(s) of the cluster, comma-separated per family; traffic to services from outside them is masqueraded")
+	fs.Var(cli.NewCIDRsFlag(&o.Core.ClusterCIDRs, cidrlist.DualStack), "cluster-cidr", "pod CIDR(s) of the cluster, comma-separated per family; traffic to services from outside them is masqueraded")
 	fs.BoolVar(&o.Core.MasqueradeAll, "masquerade-all", false, "masquerade all traffic to service IPs")
-	fs.Var(&nodePortFlag{dst: &o.Core.NodePortAddresses}, "nodeport-addresses", `CIDRs whose local addresses accept NodePorts, or "primary" (the node's IPs); default: all local addresses`)
+	fs.Var(&NodePortFlag{Dst: &o.Core.NodePortAddresses}, "nodeport-addresses", `CIDRs whose local addresses accept NodePorts, or "primary" (the node's IPs); default: all local addresses`)
 	fs.DurationVar(&o.Core.MinSyncPeriod, "min-sync-period", time.Second, "minimum interval between syncs (a burst of 2 is allowed)")
 	fs.DurationVar(&o.Core.SyncPeriod, "sync-period", time.Hour, "interval of full resyncs (partial syncs between)")
 	fs.StringVar(&o.HealthzBindAddress, "healthz-bind-address", "0.0.0.0:10256", `/healthz and /livez address ("" = off)`)
@@ -64,20 +70,20 @@ func runProxy(ctx context.Context, args []string) error {
 	fs.StringVar(&eb.cgroup, "cgroup-path", "", "ebpf mode: cgroup v2 directory whose processes' sockets are load-balanced (default: the cgroup v2 root, every process of the host)")
 	fs.Var(&eb.tcInterfaces, "bpf-tc-interfaces", "ebpf mode: the node's external interfaces (comma-separated), where a TCX program translates NodePort, externalIP, LoadBalancer and ClusterIP traffic arriving from other hosts; \"auto\": those holding the node's addresses (its Node's InternalIP and ExternalIP, and the local addresses in --nodeport-addresses' CIDRs), chosen at start (default: none: only traffic from this host's sockets is load-balanced)")
 	fs.BoolVar(&dump, "dump", false, "ebpf mode: print the pinned service and backend tables and exit")
-	logs.register(fs)
+	logs.Register(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %v", fs.Args())
 	}
-	log, err := logs.logger("proxy")
+	log, err := logs.Logger("proxy")
 	if err != nil {
 		return err
 	}
 	o.Core.Logger = log
 	o.Families = familiesOf(o.Core.ClusterCIDRs)
-	modes := proxyModes(log, eb, ipvsCfg)
+	modes := modesFor(log, eb, ipvsCfg)
 	if dump {
 		if o.Mode != "ebpf" {
 			return fmt.Errorf("--dump: only --proxy-mode=ebpf has tables to dump (the others: iptables-save, nft list table)")
@@ -95,12 +101,12 @@ func runProxy(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	if o.Core.NodeName, err = nodeName(hostname); err != nil {
+	if o.Core.NodeName, err = cli.NodeName(hostname); err != nil {
 		return err
 	}
 	o.Core.LocalAddrs = localAddrs
 	o.Core.Conntrack = proxy.NetlinkConntrack{}
-	client, err := nodeClient(kubeconfig)
+	client, err := cli.NodeClient(kubeconfig, Component)
 	if err != nil {
 		return err
 	}
@@ -109,15 +115,19 @@ func runProxy(ctx context.Context, args []string) error {
 			return fmt.Errorf("--bpf-tc-interfaces=%s: %w", ebpf.AutoInterfaces, err)
 		}
 		log.Info("tc interfaces chosen for the node's addresses", "interfaces", eb.tcInterfaces)
-		modes = proxyModes(log, eb, ipvsCfg)
+		modes = modesFor(log, eb, ipvsCfg)
 	}
 	return app.Run(ctx, o, modes, client)
 }
 
-// proxyModes is the explicit --proxy-mode switch of this build; eb and
-// ipvsCfg configure the ebpf and ipvs modes (their zero values: the
-// defaults, enough for Check and for cleaning up a default install).
-func proxyModes(log *slog.Logger, eb ebpfFlags, ipvsCfg ipvs.Config) app.Modes {
+// DefaultModes is the --proxy-mode switch with every mode's defaults:
+// enough to check a mode's name and availability and to clean up a
+// default install (nodenet cleanup, up and manifest use it).
+func DefaultModes(log *slog.Logger) app.Modes { return modesFor(log, ebpfFlags{}, ipvs.Config{}) }
+
+// modesFor is the explicit --proxy-mode switch of this build; eb and
+// ipvsCfg configure the ebpf and ipvs modes.
+func modesFor(log *slog.Logger, eb ebpfFlags, ipvsCfg ipvs.Config) app.Modes {
 	return app.Modes{
 		"iptables": {
 			New: func(ctx context.Context, f proxy.Family) (proxy.DataPlane, error) {
@@ -191,7 +201,7 @@ func proxyModes(log *slog.Logger, eb ebpfFlags, ipvsCfg ipvs.Config) app.Modes {
 type ebpfFlags struct {
 	pinRoot, cgroup string
 	// tcInterfaces get the tc path (proxy/ebpf's Config.Interfaces).
-	tcInterfaces stringList
+	tcInterfaces cli.StringList
 }
 
 // tcAuto reports --bpf-tc-interfaces=auto.
@@ -312,23 +322,23 @@ func dumpEBPF(w io.Writer, pinRoot string) error {
 	return nil
 }
 
-// nodePortFlag is --nodeport-addresses: CIDRs (cidrlist.Any) and the word
+// NodePortFlag is --nodeport-addresses: CIDRs (cidrlist.Any) and the word
 // "primary" (the node's IPs from its Node object), comma-separated and
 // repeatable, as kube-proxy takes them.
-type nodePortFlag struct{ dst *proxy.NodePortAddresses }
+type NodePortFlag struct{ Dst *proxy.NodePortAddresses }
 
-func (f *nodePortFlag) String() string {
-	if f == nil || f.dst == nil {
+func (f *NodePortFlag) String() string {
+	if f == nil || f.Dst == nil {
 		return ""
 	}
-	return f.dst.String()
+	return f.Dst.String()
 }
 
-func (f *nodePortFlag) Set(v string) error {
+func (f *NodePortFlag) Set(v string) error {
 	var cidrs []string
 	for s := range strings.SplitSeq(v, ",") {
 		if strings.EqualFold(strings.TrimSpace(s), "primary") {
-			f.dst.Primary = true
+			f.Dst.Primary = true
 			continue
 		}
 		cidrs = append(cidrs, s)
@@ -337,7 +347,7 @@ func (f *nodePortFlag) Set(v string) error {
 	if err != nil {
 		return fmt.Errorf(`%w (want CIDRs or "primary")`, err)
 	}
-	f.dst.CIDRs = append(f.dst.CIDRs, ps...)
+	f.Dst.CIDRs = append(f.Dst.CIDRs, ps...)
 	return nil
 }
 
@@ -354,20 +364,6 @@ func familiesOf(cidrs []netip.Prefix) []proxy.Family {
 		return []proxy.Family{proxy.IPv6}
 	}
 	return []proxy.Family{proxy.IPv4}
-}
-
-func nodeName(override string) (string, error) {
-	if override != "" {
-		return strings.ToLower(override), nil
-	}
-	if n := os.Getenv("NODE_NAME"); n != "" {
-		return n, nil
-	}
-	h, err := os.Hostname()
-	if err != nil {
-		return "", fmt.Errorf("node name: %w", err)
-	}
-	return strings.ToLower(h), nil
 }
 
 func localAddrs() ([]netip.Addr, error) {

@@ -1,4 +1,4 @@
-package main
+package cli
 
 import (
 	"bufio"
@@ -18,8 +18,8 @@ func TestKlogComesOutAsJSON(t *testing.T) {
 	lines := func(t *testing.T, level string, logKlog func()) []map[string]any {
 		t.Helper()
 		var buf bytes.Buffer
-		l := logFlags{level: level, format: "json"}
-		if _, err := l.loggerTo(&buf, "proxy"); err != nil {
+		l := LogFlags{level: level, format: "json"}
+		if _, err := l.LoggerTo(&buf, "proxy"); err != nil {
 			t.Fatal(err)
 		}
 		logKlog()
