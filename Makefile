@@ -24,6 +24,8 @@ build:
 	@GO=$(GO) ./hack/build.sh $(BIN)/nodenet-proxy ./cmd/nodenet-proxy
 	@# The CNI plugin is exec'd per pod: static (no dynamic loader) starts faster.
 	@CGO_ENABLED=0 GO=$(GO) ./hack/build.sh $(BIN)/nodenet-cni ./cmd/nodenet-cni
+	@# The agent's shim, exec'd for each container and CNI plugin: static too.
+	@CGO_ENABLED=0 GO=$(GO) ./hack/build.sh $(BIN)/nodenet-shim ./cmd/nodenet-shim
 
 # The main job: a 3-node cluster in network namespaces (nodenet up), then
 # a demo (echo pods + a LoadBalancer Service; pod-to-pod, Service, NodePort

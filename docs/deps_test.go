@@ -38,7 +38,7 @@ var (
 		"internal/iptables/iptablestest", "controllers/internal/queueprobe", "proxy/proxytest/...", "proxy/ipvs/vmtest", "bench/...", "docs")
 	// nodeSide is what runs on a node: the daemons and the libraries only
 	// they use.
-	nodeSide = nn("flanneld/...", "proxy/...", "cni/...", "node/...", "routes/...", "ipam/...", "cmd/nodenet-cni")
+	nodeSide = nn("flanneld/...", "proxy/...", "cni/...", "node/...", "routes/...", "ipam/...", "cmd/nodenet-cni", "cmd/nodenet-shim")
 	// components are the programs' own packages, as opposed to libraries.
 	components = nn("apiserver/...", "controllers/...", "flanneld/...", "proxy/...", "cni/...", "node/...", "cluster/...")
 )
@@ -98,6 +98,14 @@ var rules = []rule{
 		from:   nn("cmd/nodenet-cni"),
 		forbid: nn("..."),
 		allow:  nn("cni/...", "ipam/...", "internal/...", "subnetenv"),
+	},
+	{
+		name: "the shim binary links only the shim",
+		why: "cmd/nodenet-shim is exec'd for every container and, as the mount stage, every CNI plugin exec; " +
+			"node/shim imports only the standard library and x/sys, so it starts in a fraction of nodenet's time",
+		from:   nn("cmd/nodenet-shim", "node/shim"),
+		forbid: append(nn("..."), "k8s.io/...", "go.etcd.io/..."),
+		allow:  nn("node/shim"),
 	},
 	{
 		name: "only the image builder links the image builder",

@@ -110,7 +110,7 @@ func New(o Options) (*Agent, error) {
 		}
 	}
 	return &Agent{o: o, log: o.Logger, pods: map[types.UID]*podWorker{},
-		cni: &cniRuntime{confDir: o.CNIConfDir, binDirs: o.CNIBinDirs, cacheDir: o.CNICacheDir, exec: newNodeViewExec(o.Self, o.HostRoot)}}, nil
+		cni: &cniRuntime{confDir: o.CNIConfDir, binDirs: o.CNIBinDirs, cacheDir: o.CNICacheDir, exec: newNodeViewExec(shimCommand(o.Self), o.HostRoot)}}, nil
 }
 
 // proxyBinary is the nodenet-proxy the image's path maps to: the one next

@@ -13,7 +13,24 @@ import (
 	"github.com/containernetworking/cni/pkg/invoke"
 	cnitypes "github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/nodenet/nodenet/node/shim"
 )
+
+// shimCommand is the command line of the shim (package shim) for an agent
+// whose binary is self: the lean nodenet-shim next to it, which starts in
+// a fraction of nodenet's time and runs several times per pod, or
+// `nodenet logshim` (the same code) when only nodenet was built. Nil
+// without a binary (an agent embedded in another program).
+func shimCommand(self string) []string {
+	if self == "" {
+		return nil
+	}
+	if p := filepath.Join(filepath.Dir(self), "nodenet-shim"); fileExists(p) {
+		return []string{p}
+	}
+	return []string{self, "logshim"}
+}
 
 // The CNI plugins of a node run in the agent's mount namespace, like the
 // kubelet's runtime runs them on the host. On a real host that is the
@@ -21,8 +38,8 @@ import (
 // each has a root directory of its own (Options.HostRoot), where the
 // DaemonSet's flanneld writes /run/flannel/subnet.env and the conflist
 // names that path: the plugins must see the node's files there, not the
-// machine's. So with a host root, each plugin runs through the logshim's
-// second stage in a private mount namespace with the node's own copies
+// machine's. So with a host root, each plugin runs through the shim's
+// second stage (package shim) in a private mount namespace with the node's own copies
 // of the paths CNI plugins use bound on the real ones.
 
 // cniNodePaths are the paths the node's CNI plugins read or write: the
@@ -34,20 +51,20 @@ var cniNodePaths = []string{"/run/flannel", "/var/lib/cni", "/run/xtables.lock"}
 // nodeViewExec is a libcni invoke.Exec that runs plugins in the node's
 // view of the filesystem.
 type nodeViewExec struct {
-	self   string // the nodenet binary (its logshim --exec stage binds)
+	shim   []string // the shim's command line (shimCommand): its --exec stage binds
 	mounts []Mount
 }
 
 // newNodeViewExec returns nil (libcni's default exec) when the host root
-// is the real root (or there is no binary to run the binds with); otherwise an Exec binding every cniNodePaths entry
+// is the real root (or there is no shim to run the binds with); otherwise an Exec binding every cniNodePaths entry
 // that exists under root. The entries are created by whoever owns them
 // (the cluster, flanneld's hostPath volume); one that does not exist yet
 // is left to the machine's path.
-func newNodeViewExec(self, root string) invoke.Exec {
-	if self == "" || root == "" || filepath.Clean(root) == "/" {
+func newNodeViewExec(shimCmd []string, root string) invoke.Exec {
+	if len(shimCmd) == 0 || root == "" || filepath.Clean(root) == "/" {
 		return nil
 	}
-	e := &nodeViewExec{self: self}
+	e := &nodeViewExec{shim: shimCmd}
 	for _, p := range cniNodePaths {
 		e.mounts = append(e.mounts, Mount{Source: filepath.Join(root, p), Target: p})
 	}
@@ -66,12 +83,12 @@ func (e *nodeViewExec) present() []Mount {
 }
 
 func (e *nodeViewExec) ExecPlugin(ctx context.Context, pluginPath string, stdinData []byte, environ []string) ([]byte, error) {
-	js, err := json.Marshal(e.present())
+	argv, err := shim.ExecStage(e.shim, e.present(), []string{pluginPath})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("plugin %s: %w", pluginPath, err)
 	}
 	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, e.self, "logshim", "--exec", "--mounts", string(js), "--", pluginPath)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env = environ
 	cmd.Stdin = bytes.NewReader(stdinData)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

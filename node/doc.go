@@ -55,7 +55,7 @@
 // rewritten atomically (a new timestamped directory and one rename of its
 // "..data" link) when the ConfigMap changes, checked once a minute. The
 // shim binds every volume on its mountPath (readOnly honoured) in a
-// private mount namespace of the container's own (ExecWithMounts); a
+// private mount namespace of the container's own (shim.ExecWithMounts); a
 // mount path missing on the host is created in a tmpfs shadowing its
 // nearest existing parent, which holds that parent's entries bound back,
 // so the host's filesystem is never written.
@@ -74,9 +74,11 @@
 //
 // Per-pod state (<state-dir>/<uid>.json) lets a restarted agent adopt the
 // pods still running; at start it calls CNI GC with the live attachments.
-// A record whose namespace is gone (the node rebooted) is not adopted: its
-// attachment is released with a CNI DEL before the pod's new sandbox is
-// added, so its IP does not leak.
+// A record whose namespace is gone (the node rebooted) is not adopted:
+// the pod is posted not ready at once (Ready and ContainersReady False,
+// reason SandboxChanged), so its Services stop sending to the dead IP
+// while the old attachment is released with a CNI DEL (its IP does not
+// leak) and the new sandbox is added.
 //
 // Pod status is written when it changes, and also when the API's copy
 // disagrees on the phase or readiness (someone else wrote it: the node
@@ -84,7 +86,9 @@
 // kubelet's status manager reconciles; so a node that was cut off puts
 // its pods back into their Services once it can reach the API again.
 //
-// Containers run through `nodenet logshim`, which writes their output as
+// Containers run through the shim (package shim: nodenet-shim beside
+// this binary, or `nodenet logshim` when only nodenet was built; see
+// shimCommand), which writes their output as
 // CRI log lines (<state-dir>/logs/<ns>_<pod>_<uid>/<container>/<run>.log,
 // one file per run so the previous run's log survives a restart) and
 // outlives an agent restart. The agent serves them on the kubelet port

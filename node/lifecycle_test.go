@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/record"
+
+	"github.com/nodenet/nodenet/node/shim"
 )
 
 // The pod lifecycle's pieces that need neither a cluster nor the kernel:
@@ -321,7 +323,7 @@ func TestLogLayout(t *testing.T) {
 
 func TestCRILines(t *testing.T) {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 600, time.FixedZone("x", 3600))
-	line := criLine(at, "stderr", false, []byte("half a line"))
+	line := shim.CRILine(at, "stderr", false, []byte("half a line"))
 	if string(line) != "2026-01-02T02:04:05.0000006Z stderr P half a line\n" {
 		t.Errorf("CRI line %q", line)
 	}
@@ -330,7 +332,7 @@ func TestCRILines(t *testing.T) {
 		t.Errorf("parsed %+v", r)
 	}
 	// Content may hold spaces and look like a record itself.
-	r = parseRecord(bytes.TrimSuffix(criLine(at, "stdout", true, []byte("a b F c")), []byte("\n")))
+	r = parseRecord(bytes.TrimSuffix(shim.CRILine(at, "stdout", true, []byte("a b F c")), []byte("\n")))
 	if !r.full || string(r.content) != "a b F c" {
 		t.Errorf("parsed %+v", r)
 	}
@@ -341,25 +343,81 @@ func TestCRILines(t *testing.T) {
 	}
 }
 
-func TestCopyLinesSplitsLongLines(t *testing.T) {
-	long := strings.Repeat("x", maxLogLine+10)
-	var got []string
-	copyLines(strings.NewReader("one\n"+long+"\n\nno newline"), func(full bool, b []byte) {
-		tag := "P"
-		if full {
-			tag = "F"
-		}
-		got = append(got, tag+":"+string(b))
-	})
-	want := []string{"F:one", "P:" + long[:maxLogLine], "F:" + long[maxLogLine:], "F:", "P:no newline"}
-	if !slices.Equal(got, want) {
-		t.Errorf("records %d: %.80q…, want %d", len(got), got, len(want))
-	}
+func TestSplitComplete(t *testing.T) {
 	lines, n := splitComplete([]byte("a\nb\npartial"))
 	if len(lines) != 2 || string(lines[1]) != "b" || n != 4 {
 		t.Errorf("splitComplete: %q, %d", lines, n)
 	}
 	if lines, n := splitComplete([]byte("partial")); lines != nil || n != 0 {
 		t.Errorf("splitComplete without a newline: %q, %d", lines, n)
+	}
+}
+
+// A restarted agent whose recorded sandbox is gone (the node restarted)
+// takes the pod out of its Services before anything else: the release of
+// the old sandbox and the new one's set-up take seconds, during which the
+// old IP answers nothing.
+func TestSandboxGoneNotReadyAtOnce(t *testing.T) {
+	a, _ := offlineAgent(t)
+	pod := testPod(corev1.RestartPolicyAlways, "c")
+	pod.Spec.Containers[0].Command = []string{"/bin/true"}
+	since := metav1.NewTime(time.Date(2026, 1, 2, 3, 5, 0, 0, time.UTC))
+	pod.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: "10.244.1.7", Conditions: []corev1.PodCondition{
+		condition(corev1.PodScheduled, true, since), condition(corev1.PodReady, true, since), condition(corev1.ContainersReady, true, since)},
+		ContainerStatuses: []corev1.ContainerStatus{{Name: "c", Ready: true}}}
+	ctx := t.Context()
+	if _, err := a.o.Client.CoreV1().Pods("ns").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a.adopt = map[types.UID]*sandboxState{pod.UID: {UID: pod.UID, Namespace: "ns", Name: "p", Netns: "nn-test-gone-" + randomID()[:8], ContainerID: "c1"}}
+	w := newPodWorker(a, pod.UID)
+	// No CNI configuration here: releasing the old sandbox fails, and the
+	// pod must already be not ready by then.
+	if err := w.start(ctx, pod); err == nil {
+		t.Fatal("start without a CNI configuration succeeded")
+	}
+	got, err := a.o.Client.CoreV1().Pods("ns").Get(ctx, "p", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := got.Status
+	if c := condStatus(st, corev1.PodReady); c.Status != corev1.ConditionFalse || c.Reason != "SandboxChanged" {
+		t.Errorf("Ready %+v, want False (SandboxChanged)", c)
+	}
+	if c := condStatus(st, corev1.ContainersReady); c.Status != corev1.ConditionFalse {
+		t.Errorf("ContainersReady %+v, want False", c)
+	}
+	if c := condStatus(st, corev1.PodScheduled); c.Status != corev1.ConditionTrue || !c.LastTransitionTime.Equal(&since) {
+		t.Errorf("PodScheduled %+v, want unchanged", c)
+	}
+	if st.Phase != corev1.PodRunning || st.PodIP != "10.244.1.7" || st.ContainerStatuses[0].Ready {
+		t.Errorf("status %+v: want the phase and IP kept, the container not ready", st)
+	}
+	// The record is kept for the next attempt at releasing it.
+	if a.adopt[pod.UID] == nil {
+		t.Error("the stale record was dropped before its release")
+	}
+}
+
+// The agent runs its shim as nodenet-shim when that was built beside its
+// binary, else as `nodenet logshim` (the same code), and has none without
+// a binary of its own.
+func TestShimCommand(t *testing.T) {
+	dir := t.TempDir()
+	self := filepath.Join(dir, "nodenet")
+	if got := shimCommand(self); !slices.Equal(got, []string{self, "logshim"}) {
+		t.Errorf("without nodenet-shim: %q", got)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "nodenet-shim"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got := shimCommand(self); !slices.Equal(got, []string{filepath.Join(dir, "nodenet-shim")}) {
+		t.Errorf("with nodenet-shim: %q", got)
+	}
+	if got := shimCommand(""); got != nil {
+		t.Errorf("without a binary: %q", got)
+	}
+	if e := newNodeViewExec(shimCommand(self), dir); e == nil || !slices.Equal(e.(*nodeViewExec).shim, []string{filepath.Join(dir, "nodenet-shim")}) {
+		t.Errorf("CNI exec through the shim: %+v", e)
 	}
 }

@@ -26,6 +26,8 @@ import (
 
 	"github.com/nodenet/nodenet/apiserver/pki"
 	"github.com/nodenet/nodenet/internal/testapi"
+
+	"github.com/nodenet/nodenet/node/shim"
 )
 
 func TestParseLogOptions(t *testing.T) {
@@ -54,10 +56,10 @@ func TestStreamLogFormats(t *testing.T) {
 		if i == 3 {
 			stream = "stderr"
 		}
-		b.Write(criLine(t0.Add(time.Duration(i)*time.Second), stream, true, fmt.Appendf(nil, "line %d", i)))
+		b.Write(shim.CRILine(t0.Add(time.Duration(i)*time.Second), stream, true, fmt.Appendf(nil, "line %d", i)))
 	}
-	b.Write(criLine(t0.Add(5*time.Second), "stdout", false, []byte("part-")))
-	b.Write(criLine(t0.Add(5*time.Second), "stdout", true, []byte("end")))
+	b.Write(shim.CRILine(t0.Add(5*time.Second), "stdout", false, []byte("part-")))
+	b.Write(shim.CRILine(t0.Add(5*time.Second), "stdout", true, []byte("end")))
 	b.WriteString("not a cri line\n")
 	path := writeFixture(t, dir, "0.log", b.String())
 	read := func(o logOptions) string {

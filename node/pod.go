@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -25,6 +24,7 @@ import (
 
 	"github.com/nodenet/nodenet/daemonset"
 	"github.com/nodenet/nodenet/internal/netnsutil"
+	"github.com/nodenet/nodenet/node/shim"
 )
 
 // NetnsAnnotation names a pod's network namespace (under /run/netns), so
@@ -374,6 +374,13 @@ func (w *podWorker) start(ctx context.Context, pod *corev1.Pod) error {
 	if old != nil && w.adopt(pod, old) {
 		return nil
 	}
+	if old != nil {
+		// The recorded sandbox is gone (the node restarted): until the
+		// new one is up, the pod's recorded IPs answer nothing, so its
+		// Services must stop sending there now, not once the release and
+		// the new sandbox's CNI ADD and containers are done.
+		w.post(ctx, pod, sandboxGoneStatus(pod))
+	}
 	if old != nil && !old.HostNetwork {
 		// A recorded sandbox whose namespace is gone (the node rebooted,
 		// or someone removed it): its IP is still reserved under its
@@ -497,7 +504,7 @@ func (w *podWorker) startContainer(ctx context.Context, pod *corev1.Pod, c corev
 	}
 	mounts = append(mounts, w.imageBinaries(c)...)
 	if len(mounts) > 0 && w.a.o.Self == "" {
-		return &podError{"CreateContainerConfigError", c.Name, fmt.Errorf("container %q: volumes need the nodenet binary's logshim (agent without Options.Self)", c.Name)}
+		return &podError{"CreateContainerConfigError", c.Name, fmt.Errorf("container %q: volumes need the shim (agent without Options.Self)", c.Name)}
 	}
 	prev := w.ctrs[c.Name]
 	restarts := int32(0)
@@ -514,15 +521,11 @@ func (w *podWorker) startContainer(ctx context.Context, pod *corev1.Pod, c corev
 	// another program) output goes to the file as is, without timestamps.
 	var logf *os.File
 	if w.a.o.Self != "" {
-		shim := []string{w.a.o.Self, "logshim", "--log", logPath}
-		if len(mounts) > 0 {
-			js, err := json.Marshal(mounts)
-			if err != nil {
-				return fmt.Errorf("container %q: %w", c.Name, err)
-			}
-			shim = append(shim, "--mounts", string(js))
+		args, err := shim.Options{Log: logPath, Mounts: mounts, Argv: argv}.Args()
+		if err != nil {
+			return fmt.Errorf("container %q: %w", c.Name, err)
 		}
-		argv = append(append(shim, "--"), argv...)
+		argv = append(shimCommand(w.a.o.Self), args...)
 		logf, err = os.Open(os.DevNull)
 	} else {
 		logf, err = os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)

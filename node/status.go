@@ -30,6 +30,24 @@ func (w *podWorker) base(pod *corev1.Pod) corev1.PodStatus {
 	return st
 }
 
+// sandboxGoneStatus is the pod's posted status with the pod and its
+// containers not ready, as the kubelet reports a pod whose sandbox died:
+// the phase and IPs stay until the new sandbox replaces them.
+func sandboxGoneStatus(pod *corev1.Pod) corev1.PodStatus {
+	st := *pod.Status.DeepCopy()
+	now := metav1.NewTime(time.Now().Truncate(time.Second))
+	for i, c := range st.Conditions {
+		if (c.Type == corev1.PodReady || c.Type == corev1.ContainersReady) && c.Status != corev1.ConditionFalse {
+			st.Conditions[i].Status, st.Conditions[i].LastTransitionTime = corev1.ConditionFalse, now
+			st.Conditions[i].Reason, st.Conditions[i].Message = "SandboxChanged", "the pod's sandbox is gone and is being recreated"
+		}
+	}
+	for i := range st.ContainerStatuses {
+		st.ContainerStatuses[i].Ready = false
+	}
+	return st
+}
+
 func (w *podWorker) pendingStatus(pod *corev1.Pod, msg string) corev1.PodStatus {
 	st := w.base(pod)
 	st.Phase = corev1.PodPending

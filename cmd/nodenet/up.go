@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -25,6 +24,7 @@ import (
 	"github.com/nodenet/nodenet/internal/cli"
 	"github.com/nodenet/nodenet/internal/periodic"
 	"github.com/nodenet/nodenet/node"
+	"github.com/nodenet/nodenet/node/shim"
 	"github.com/nodenet/nodenet/proxy/proxycmd"
 )
 
@@ -389,31 +389,14 @@ func agentClientCA(kubeconfig, file string) ([]byte, error) {
 	return b, nil
 }
 
-// runLogShim is `nodenet logshim --log FILE [--mounts JSON] -- COMMAND...`:
-// the agent runs each container through it so the container's output is
-// written as timestamped CRI log lines even while the agent restarts.
-// --exec is the shim's own second stage: bind the volumes in the private
-// mount namespace it was started in, then exec COMMAND.
+// runLogShim is `nodenet logshim`, the shim (node/shim) the agent runs
+// each container and CNI plugin through when nodenet-shim was not built
+// next to this binary.
 func runLogShim(_ context.Context, args []string) error {
-	fs := flag.NewFlagSet("logshim", flag.ContinueOnError)
-	logPath := fs.String("log", "", "CRI-format log file to append to")
-	mountsJSON := fs.String("mounts", "", "volumes to bind in a private mount namespace (JSON list of {source,target,readOnly})")
-	execStage := fs.Bool("exec", false, "internal: bind --mounts and exec COMMAND (the shim starts this in a new mount namespace)")
-	if err := fs.Parse(args); err != nil {
-		return err
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("logshim: %w", err)
 	}
-	var mounts []node.Mount
-	if *mountsJSON != "" {
-		if err := json.Unmarshal([]byte(*mountsJSON), &mounts); err != nil {
-			return fmt.Errorf("--mounts: %w", err)
-		}
-	}
-	if *execStage {
-		return node.ExecWithMounts(mounts, fs.Args())
-	}
-	if *logPath == "" || fs.NArg() == 0 {
-		return errors.New("usage: nodenet logshim --log FILE [--mounts JSON] -- COMMAND [ARG...]")
-	}
-	os.Exit(node.RunLogShim(*logPath, mounts, fs.Args()))
+	os.Exit(shim.Main([]string{self, "logshim"}, args))
 	return nil
 }

@@ -1,4 +1,4 @@
-package node
+package shim
 
 import (
 	"errors"
@@ -12,6 +12,9 @@ import (
 
 	"golang.org/x/sys/unix"
 )
+
+// errNoCommand is ExecWithMounts' usage error.
+var errNoCommand = errors.New("no command")
 
 // Mount is one volume as a container sees it: Source (a path of the
 // agent's filesystem: under the node root, or a directory the agent
@@ -35,7 +38,7 @@ type Mount struct {
 // while the host's /etc is never written.
 func ExecWithMounts(mounts []Mount, argv []string) error {
 	if len(argv) == 0 {
-		return errors.New("no command")
+		return errNoCommand
 	}
 	// Parents before children: a volume may be mounted inside another.
 	slices.SortStableFunc(mounts, func(a, b Mount) int {
@@ -55,7 +58,10 @@ func ExecWithMounts(mounts []Mount, argv []string) error {
 	if err != nil {
 		return err
 	}
-	return syscall.Exec(path, argv, os.Environ())
+	if err := syscall.Exec(path, argv, os.Environ()); err != nil {
+		return fmt.Errorf("exec %s: %w", path, err)
+	}
+	return nil
 }
 
 func bindVolume(m Mount, shadowed map[string]bool) error {

@@ -1,8 +1,7 @@
-package node
+package shim
 
 import (
 	"bufio"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,10 +17,10 @@ import (
 // CRI runtimes do (containerd: 16 KiB).
 const maxLogLine = 16 << 10
 
-// criLine formats one record of the CRI log format the kubelet reads:
+// CRILine formats one record of the CRI log format the kubelet reads:
 // "<RFC3339Nano time> <stdout|stderr> <F|P> <content>\n", F for a full
 // line, P for a piece of a longer one.
-func criLine(t time.Time, stream string, full bool, content []byte) []byte {
+func CRILine(t time.Time, stream string, full bool, content []byte) []byte {
 	tag := "P"
 	if full {
 		tag = "F"
@@ -36,8 +35,9 @@ func criLine(t time.Time, stream string, full bool, content []byte) []byte {
 // the agent reports for the container (128+signal when it was killed).
 // The agent starts it in the pod's namespace as the container's process.
 // With mounts, argv runs in a private mount namespace with the volumes
-// bound (ExecWithMounts, reached through `nodenet logshim --exec`).
-func RunLogShim(logPath string, mounts []Mount, argv []string) int {
+// bound: ExecWithMounts, reached by running self (the command line that
+// re-enters Main in this binary) with --exec.
+func RunLogShim(self []string, logPath string, mounts []Mount, argv []string) int {
 	if len(argv) == 0 {
 		fmt.Fprintln(os.Stderr, "logshim: no command")
 		return 127
@@ -52,17 +52,16 @@ func RunLogShim(logPath string, mounts []Mount, argv []string) int {
 	write := func(stream string, full bool, content []byte) {
 		mu.Lock()
 		defer mu.Unlock()
-		_, _ = f.Write(criLine(time.Now(), stream, full, content))
+		_, _ = f.Write(CRILine(time.Now(), stream, full, content))
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	if len(mounts) > 0 {
-		self, err := os.Executable()
+		stage, err := ExecStage(self, mounts, argv)
 		if err != nil {
 			write("stderr", true, fmt.Appendf(nil, "logshim: %v", err))
 			return 127
 		}
-		js, _ := json.Marshal(mounts)
-		cmd = exec.Command(self, append([]string{"logshim", "--exec", "--mounts", string(js), "--"}, argv...)...)
+		cmd = exec.Command(stage[0], stage[1:]...)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS}
 	}
 	outR, outW, err1 := os.Pipe()
