@@ -33,13 +33,17 @@ import (
 type tcEnv struct {
 	*proxytest.Env
 	cgroup, pins string
+	ifaces       []string // the tc program's interfaces: c0 unless told
 }
 
-func newTCEnv(t *testing.T) *tcEnv {
+func newTCEnv(t *testing.T, ifaces ...string) *tcEnv {
 	nettest.RequirePrivileged(t)
 	nettest.SkipShort(t, "the real-kernel tc suite")
 	nettest.RequireTool(t, "nft")
-	k := &tcEnv{}
+	if len(ifaces) == 0 {
+		ifaces = []string{"c0"}
+	}
+	k := &tcEnv{ifaces: ifaces}
 	k.Env = proxytest.NewEnv(t, func(t testing.TB, _ *nettest.NS, f proxy.Family) proxy.DataPlane {
 		return k.dataPlane(f)
 	})
@@ -58,7 +62,7 @@ func newTCEnv(t *testing.T) *tcEnv {
 
 func (k *tcEnv) dataPlane(f proxy.Family) *DataPlane {
 	return New(Config{Family: f, Cgroup: k.cgroup, PinDir: filepath.Join(k.pins, familyDir(f)), Log: testapi.Logger(),
-		Interfaces: []string{"c0"}, NetNS: k.Node.Path()})
+		Interfaces: k.ifaces, NetNS: k.Node.Path()})
 }
 
 // TestKernelTC runs the tc path's requirements against the real kernel.
@@ -82,6 +86,39 @@ func TestKernelTC(t *testing.T) {
 		{"CleanupLeavesNothing", tcCleanupLeavesNothing},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.run(t, k) })
+	}
+}
+
+// TestTCPodReachesETPLocalElsewhere: with the tc program on the client's
+// and pod1's veths, pod1 (a source in the cluster CIDRs) reaches an
+// eTP=Local Service whose only endpoint is on another node through the LB
+// IP and the NodePort, keeping its address (the inside entry,
+// kubernetes#71596), while the client, another host, is refused at once.
+// The shared suite's ExternalTrafficPolicyLocalFromInside also has the
+// node itself connect, which is socket LB's (nodeOwnTrafficIsSocketLB).
+func TestTCPodReachesETPLocalElsewhere(t *testing.T) {
+	k := newTCEnv(t, "c0", "p1")
+	k.StartProxy(t)
+	spec := proxytest.Service("local-inside", v1.ProtocolTCP, proxytest.TCPPort)
+	spec.Spec.Type = v1.ServiceTypeLoadBalancer
+	spec.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+	svc := k.setLBIngress(t, k.CreateService(t, spec))
+	k.SetEndpoints(t, svc, proxytest.TCPPort, proxytest.Pod2) // none on this node
+	for _, addr := range []string{net.JoinHostPort(proxytest.LBIP, fmt.Sprint(proxytest.TCPPort)), nodePortOf(proxytest.NodeIP, svc)} {
+		proxytest.Eventually(t, wait, "pod1 reaching the remote endpoint at "+addr, func() error {
+			r, err := proxytest.DialTCP(k.Pod1, addr, time.Second)
+			if err != nil {
+				return err
+			}
+			if host, _, _ := net.SplitHostPort(r.Peer); r.Backend != "pod2" || host != proxytest.Pod1IP {
+				return fmt.Errorf("answered by %s seeing %s, want pod2 seeing %s", r.Backend, r.Peer, proxytest.Pod1IP)
+			}
+			return nil
+		})
+		start := time.Now()
+		if _, err := proxytest.DialTCP(k.Client, addr, 3*time.Second); !errors.Is(err, syscall.ECONNREFUSED) || time.Since(start) > time.Second {
+			t.Errorf("client to %s: %v after %v, want refused at once", addr, err, time.Since(start))
+		}
 	}
 }
 

@@ -120,4 +120,3 @@ func (s *state) dropOrphanRanges() error {
 	s.written += n
 	return err
 }
-
