@@ -220,7 +220,8 @@
 // because its last step has the node itself connect, which is socket LB's
 // and never passes a tc ingress program; its pod steps (pod1 through the
 // LB IP and the NodePort to the remote endpoint, source kept; the client
-// refused) are TestTCPodReachesETPLocalElsewhere, tc on c0 and p1.
+// refused) are TestTCPodReachesETPLocalElsewhere (IPv4 and IPv6), tc on
+// c0 and p1.
 //
 // Not on the tc path: wildcard NodePorts (the entry points are the node's
 // addresses from its Node object, as for the socket programs), IPv6

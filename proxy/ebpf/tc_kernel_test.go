@@ -99,26 +99,40 @@ func TestKernelTC(t *testing.T) {
 func TestTCPodReachesETPLocalElsewhere(t *testing.T) {
 	k := newTCEnv(t, "c0", "p1")
 	k.StartProxy(t)
-	spec := proxytest.Service("local-inside", v1.ProtocolTCP, proxytest.TCPPort)
-	spec.Spec.Type = v1.ServiceTypeLoadBalancer
-	spec.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
-	svc := k.setLBIngress(t, k.CreateService(t, spec))
-	k.SetEndpoints(t, svc, proxytest.TCPPort, proxytest.Pod2) // none on this node
-	for _, addr := range []string{net.JoinHostPort(proxytest.LBIP, fmt.Sprint(proxytest.TCPPort)), nodePortOf(proxytest.NodeIP, svc)} {
-		proxytest.Eventually(t, wait, "pod1 reaching the remote endpoint at "+addr, func() error {
-			r, err := proxytest.DialTCP(k.Pod1, addr, time.Second)
-			if err != nil {
-				return err
+	for _, c := range []struct {
+		family         v1.IPFamily
+		lb, node, pod1 string
+		remote         proxytest.Backend
+	}{
+		{v1.IPv4Protocol, proxytest.LBIP, proxytest.NodeIP, proxytest.Pod1IP, proxytest.Pod2},
+		{v1.IPv6Protocol, proxytest.LBIP6, proxytest.NodeIP6, proxytest.Pod1IP6, proxytest.Pod2v6},
+	} {
+		t.Run(string(c.family), func(t *testing.T) {
+			spec := proxytest.Service("local-inside-"+strings.ToLower(string(c.family)), v1.ProtocolTCP, proxytest.TCPPort)
+			spec.Spec.Type = v1.ServiceTypeLoadBalancer
+			spec.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+			policy := v1.IPFamilyPolicySingleStack
+			spec.Spec.IPFamilyPolicy = &policy
+			spec.Spec.IPFamilies = []v1.IPFamily{c.family}
+			svc := k.setLBIngressTo(t, k.CreateService(t, spec), c.lb)
+			k.SetEndpoints(t, svc, proxytest.TCPPort, c.remote) // none on this node
+			for _, addr := range []string{net.JoinHostPort(c.lb, fmt.Sprint(proxytest.TCPPort)), nodePortOf(c.node, svc)} {
+				proxytest.Eventually(t, wait, "pod1 reaching the remote endpoint at "+addr, func() error {
+					r, err := proxytest.DialTCP(k.Pod1, addr, time.Second)
+					if err != nil {
+						return err
+					}
+					if host, _, _ := net.SplitHostPort(r.Peer); r.Backend != "pod2" || host != c.pod1 {
+						return fmt.Errorf("answered by %s seeing %s, want pod2 seeing %s", r.Backend, r.Peer, c.pod1)
+					}
+					return nil
+				})
+				start := time.Now()
+				if _, err := proxytest.DialTCP(k.Client, addr, 3*time.Second); !errors.Is(err, syscall.ECONNREFUSED) || time.Since(start) > time.Second {
+					t.Errorf("client to %s: %v after %v, want refused at once", addr, err, time.Since(start))
+				}
 			}
-			if host, _, _ := net.SplitHostPort(r.Peer); r.Backend != "pod2" || host != proxytest.Pod1IP {
-				return fmt.Errorf("answered by %s seeing %s, want pod2 seeing %s", r.Backend, r.Peer, proxytest.Pod1IP)
-			}
-			return nil
 		})
-		start := time.Now()
-		if _, err := proxytest.DialTCP(k.Client, addr, 3*time.Second); !errors.Is(err, syscall.ECONNREFUSED) || time.Since(start) > time.Second {
-			t.Errorf("client to %s: %v after %v, want refused at once", addr, err, time.Since(start))
-		}
 	}
 }
 
@@ -187,7 +201,12 @@ func externalIPAndLoadBalancerIP(t *testing.T, k *tcEnv) {
 
 func (k *tcEnv) setLBIngress(t *testing.T, svc *v1.Service) *v1.Service {
 	t.Helper()
-	svc.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: proxytest.LBIP}}
+	return k.setLBIngressTo(t, svc, proxytest.LBIP)
+}
+
+func (k *tcEnv) setLBIngressTo(t *testing.T, svc *v1.Service, ip string) *v1.Service {
+	t.Helper()
+	svc.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: ip}}
 	svc, err := k.Kube.CoreV1().Services("default").UpdateStatus(t.Context(), svc, metav1.UpdateOptions{})
 	if err != nil {
 		t.Fatalf("set LB ingress: %v", err)
