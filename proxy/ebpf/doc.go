@@ -31,7 +31,8 @@
 //
 // # Maps (one set per family, pinned)
 //
-//	services   hash {addr, port, proto} → {id, count, flags, affinity s}
+//	services   hash {addr, port, proto, scope} → {id, count, flags,
+//	           affinity s}
 //	backends   hash {id, slot} → {addr, port}; slots 0..count-1
 //	reverse    LRU {socket cookie, backend} → service address (recvmsg,
 //	           getpeername)
@@ -41,6 +42,25 @@
 // socket has no source address yet, and a pod is one namespace (host
 // processes share the node's). The entry remembers the slot and the
 // backend and is used only while that slot still holds that backend.
+//
+// # externalTrafficPolicy Local from inside the cluster (kubernetes#71596)
+//
+// An eTP=Local external entry point (externalIP, LB IP, NodePort) holds
+// the node's local endpoints, for clients from outside. Traffic from inside
+// the cluster goes to the cluster-wide endpoints in the other modes
+// (iptables' -s clusterCIDR jump, the node's own connects), so such an
+// entry point (with internalTrafficPolicy Cluster) gets a second services
+// entry, scope SCOPE_INSIDE (scopeInside), with the internal endpoints,
+// and the ordinary one carries SVC_INSIDE (flagInside). Every socket the
+// socket programs see is this node's, a pod's or the host's: for a
+// flagged entry they take the inside entry, so a pod or the node on a
+// node without local endpoints reaches a remote one instead of being
+// refused. Unflagged entries cost no second lookup. The tc path takes the
+// inside entry for sources in the cluster CIDRs (src_ranges id 0,
+// clusterCIDRsID, written by full syncs): pods of a node whose own proxy
+// did not translate them, or pods behind a tc-attached veth. Both keep the
+// pod's address (no SNAT), as the other modes do. --dump shows the inside
+// entry as "<addr:port> (inside) -> ...".
 //
 // # Syncs are map updates
 //
@@ -113,7 +133,8 @@
 // suite_test.go runs proxytest.KernelSuite case for case with the other
 // modes, on a throwaway cgroup holding the test process and a throwaway
 // bpffs. The cases named in waitingForTC (NodePort and eTP Local from the
-// client namespace, which stands for another host) skip: the client's
+// client namespace, which stands for another host) skip (every other case,
+// ExternalTrafficPolicyLocalFromInside included, passes): the client's
 // sockets are the test process's, in the cgroup, so socket LB would answer
 // them and prove nothing about traffic from outside the node, which the
 // tc path serves. kernel_test.go adds the socket-LB specifics: getpeername,
@@ -194,11 +215,13 @@
 // table). tc_suite_test.go runs proxytest.KernelSuite with
 // tc on all of the node's interfaces and nothing in the cgroup: every case
 // passes (hairpin included: the pod's packets are translated on its veth)
-// (Metrics too, now that the mode is registered) but one. Both suites wait
-// for ExternalTrafficPolicyLocalFromInside (waitingForInsideETPLocal): a
-// pod or the node reaching an eTP=Local LB IP or NodePort on a node
-// without local endpoints is refused, where the other modes send it to
-// the cluster-wide endpoints (kubernetes#71596).
+// (Metrics too, now that the mode is registered) but one:
+// ExternalTrafficPolicyLocalFromInside skips (nodeOwnTrafficIsSocketLB)
+// because its last step has the node itself connect, which is socket LB's
+// and never passes a tc ingress program; its pod steps (pod1 through the
+// LB IP and the NodePort to the remote endpoint, source kept; the client
+// refused) are TestTCPodReachesETPLocalElsewhere (IPv4 and IPv6), tc on
+// c0 and p1.
 //
 // Not on the tc path: wildcard NodePorts (the entry points are the node's
 // addresses from its Node object, as for the socket programs), IPv6

@@ -18,7 +18,11 @@ import (
 //	tcp 10.96.0.10:53 -> 10.244.1.2:53 10.244.2.2:53
 //	tcp 10.96.0.11:80 affinity=3h0m0s -> 10.244.1.3:80
 //	udp 10.96.0.12:53 -> refused
+//	tcp 192.168.60.10:80 -> refused
+//	tcp 192.168.60.10:80 (inside) -> 10.244.2.2:80
 //
+// The "(inside)" line is an eTP=Local entry point's inside entry: what this
+// node's sockets (and pods, on the tc path) reach there.
 // Backends are listed in slot order; a slot missing from the backends map
 // shows as "<missing>".
 func dump(f proxy.Family, services table[svcKey, svcValue], backends table[backendKey, addrPort]) (string, error) {
@@ -37,7 +41,7 @@ func dump(f proxy.Family, services table[svcKey, svcValue], backends table[backe
 	var lines []string
 	for k, v := range svcs {
 		var b strings.Builder
-		fmt.Fprintf(&b, "%s %s", protoNames[k.Proto], netipAddrPort(k.Addr, k.Port, f))
+		fmt.Fprintf(&b, "%s %s%s", protoNames[k.Proto], netipAddrPort(k.Addr, k.Port, f), scopeSuffix(k))
 		if v.Flags&flagAffinity != 0 {
 			fmt.Fprintf(&b, " affinity=%v", time.Duration(v.Affinity)*time.Second)
 		}

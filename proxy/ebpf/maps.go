@@ -17,8 +17,20 @@ type (
 	addrPort   = socklbAddrport
 )
 
-// flagAffinity is SVC_AFFINITY in bpf/socklb.c.
+// flagAffinity is SVC_AFFINITY in bpf/lbmaps.h.
 const flagAffinity = 1
+
+// flagInside is SVC_INSIDE and scopeInside SCOPE_INSIDE in bpf/lbmaps.h:
+// an entry point with flagInside has a second entry, its key's Scope
+// scopeInside, holding the endpoints for clients inside the cluster.
+const (
+	flagInside  = 8
+	scopeInside = 1
+)
+
+// clusterCIDRsID is CLUSTER_CIDRS_ID in bpf/lbmaps.h: the src_ranges id
+// listing the cluster CIDRs, which entry point ids (from 1) never take.
+const clusterCIDRsID = 0
 
 // protoNumbers are the IPPROTO_* values bpf_sock_addr.protocol holds.
 var protoNumbers = map[proxy.Protocol]uint8{proxy.TCP: 6, proxy.UDP: 17, proxy.SCTP: 132}
@@ -63,6 +75,14 @@ func backendOf(ep proxy.Endpoint) addrPort {
 	return addrPort{Addr: addrWords(ep.IP), Port: swapPort(ep.Port)}
 }
 
+func backendsOf(eps []proxy.Endpoint) []addrPort {
+	var out []addrPort
+	for _, ep := range eps {
+		out = append(out, backendOf(ep))
+	}
+	return out
+}
+
 // entry is what one service entry point (address, port, protocol) should
 // hold in the maps.
 type entry struct {
@@ -77,6 +97,15 @@ type entry struct {
 // the ClusterIP with the endpoints internal traffic uses; externalIPs, LB
 // IPs and the NodePort on the node's addresses with the external ones. An
 // unknown protocol yields none.
+//
+// With externalTrafficPolicy Local (and internalTrafficPolicy Cluster) each
+// external entry point also gets an inside entry (scopeInside, flagInside
+// on the ordinary one) with the internal endpoints: traffic from inside the
+// cluster — every socket the socket programs see, and pod sources on the tc
+// path — reaches the cluster-wide endpoints, as the other modes send it
+// (kubernetes#71596), instead of being refused on a node without local
+// ones. With internalTrafficPolicy Local both sets are the local
+// endpoints, so no inside entry is needed.
 func entries(snap *proxy.Snapshot, sp *proxy.ServicePort) []entry {
 	proto, ok := protoNumbers[sp.Protocol]
 	if !ok {
@@ -88,13 +117,11 @@ func entries(snap *proxy.Snapshot, sp *proxy.ServicePort) []entry {
 		aff = uint32(min(math.Ceil(sp.AffinityTimeout.Seconds()), math.MaxUint32))
 	}
 	mk := func(a netip.Addr, port uint16, eps []proxy.Endpoint) entry {
-		e := entry{key: svcKey{Addr: addrWords(a), Port: swapPort(port), Proto: proto}, flags: flags, affinity: aff}
-		for _, ep := range eps {
-			e.backends = append(e.backends, backendOf(ep))
-		}
-		return e
+		return entry{key: svcKey{Addr: addrWords(a), Port: swapPort(port), Proto: proto}, flags: flags, affinity: aff,
+			backends: backendsOf(eps)}
 	}
-	out := []entry{mk(sp.ClusterIP, sp.Port, sp.Selected.InternalEndpoints(sp))}
+	internal := sp.Selected.InternalEndpoints(sp)
+	out := []entry{mk(sp.ClusterIP, sp.Port, internal)}
 	external := sp.Selected.ExternalEndpoints(sp)
 	for _, a := range sp.ExternalIPs {
 		out = append(out, mk(a, sp.Port, external))
@@ -107,10 +134,22 @@ func entries(snap *proxy.Snapshot, sp *proxy.ServicePort) []entry {
 			out = append(out, mk(a, sp.NodePort, external))
 		}
 	}
-	if sp.ExternalPolicyLocal {
-		for i := 1; i < len(out); i++ { // every entry point but the ClusterIP
-			out[i].flags |= flagKeepSource
+	if !sp.ExternalPolicyLocal {
+		return out
+	}
+	n := len(out)
+	for i := 1; i < n; i++ { // every entry point but the ClusterIP
+		out[i].flags |= flagKeepSource
+		if sp.InternalPolicyLocal {
+			continue
 		}
+		// A pod's address is routable in the cluster: the inside entry
+		// keeps the source too, as iptables' -s clusterCIDR jump does.
+		in := out[i]
+		in.key.Scope = scopeInside
+		in.backends = backendsOf(internal)
+		out[i].flags |= flagInside
+		out = append(out, in)
 	}
 	return out
 }

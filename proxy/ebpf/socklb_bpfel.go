@@ -54,7 +54,7 @@ type socklbSvcKey struct {
 	Addr  [4]uint32
 	Port  uint16
 	Proto uint8
-	Pad   uint8
+	Scope uint8
 }
 
 type socklbSvcValue struct {

@@ -18,20 +18,11 @@ import (
 // so socket LB would answer them and prove nothing. They run, and pass,
 // through the tc path in TestKernelSuiteThroughTC (tc_suite_test.go).
 var waitingForTC = map[string]string{
-	"NodePortFromAnotherNamespace":              "NodePort from another host needs the tc path",
-	"ExternalTrafficPolicyLocal":                "eTP Local from another host needs the tc path",
-	"IPv6/NodePortFromAnotherNamespace":         "NodePort from another host needs the tc path",
-	"IPv6/ExternalTrafficPolicyLocal":           "eTP Local from another host needs the tc path",
-	"ExternalTrafficPolicyLocalFromInside":      waitingForInsideETPLocal,
-	"IPv6/ExternalTrafficPolicyLocalFromInside": waitingForInsideETPLocal,
+	"NodePortFromAnotherNamespace":      "NodePort from another host needs the tc path",
+	"ExternalTrafficPolicyLocal":        "eTP Local from another host needs the tc path",
+	"IPv6/NodePortFromAnotherNamespace": "NodePort from another host needs the tc path",
+	"IPv6/ExternalTrafficPolicyLocal":   "eTP Local from another host needs the tc path",
 }
-
-// waitingForInsideETPLocal: the ebpf mode (socket LB and tc path alike)
-// refuses a pod or the node reaching an eTP=Local LB IP or NodePort on a
-// node without local endpoints, where the other modes send it to the
-// cluster-wide endpoints (kubernetes#71596); the case went into the shared
-// suite with the ipvs mode's fix, and the ebpf mode's is still to be made.
-const waitingForInsideETPLocal = "eTP Local from inside the cluster to a node without local endpoints is refused, not sent to the cluster-wide endpoints (kubernetes#71596)"
 
 // TestKernelSuite runs proxytest's shared real-kernel suite, case for case
 // with the iptables and nftables modes, with the socket programs on a

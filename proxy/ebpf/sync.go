@@ -84,6 +84,13 @@ func (s *state) full(snap *proxy.Snapshot) error {
 	if err := s.ranges.load(); err != nil {
 		return err
 	}
+	// The tc path sends cluster-CIDR sources to inside entries; the CIDRs
+	// are configuration, so a full sync is enough to keep them.
+	n, err := s.ranges.set(clusterCIDRsID, familyPrefixes(s.family, snap.ClusterCIDRs))
+	s.written += n
+	if err != nil {
+		return fmt.Errorf("program cluster CIDRs: %w", err)
+	}
 	want := make(map[svcKey]bool, len(snap.Services))
 	s.batching = true
 	for _, name := range snap.SortedNames() {
@@ -356,5 +363,13 @@ func (s *state) keyString(k svcKey) string {
 			proto = p.Lower()
 		}
 	}
-	return fmt.Sprintf("%s/%s", netipAddrPort(k.Addr, k.Port, s.family), proto)
+	return fmt.Sprintf("%s/%s%s", netipAddrPort(k.Addr, k.Port, s.family), proto, scopeSuffix(k))
+}
+
+// scopeSuffix marks an inside entry (flagInside) in logs and dumps.
+func scopeSuffix(k svcKey) string {
+	if k.Scope == scopeInside {
+		return " (inside)"
+	}
+	return ""
 }

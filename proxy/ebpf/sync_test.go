@@ -124,13 +124,18 @@ func syncContract(t *testing.T, newT newTables) {
 tcp 10.96.0.20:80 affinity=3h0m0s -> 10.244.2.9:8080
 tcp 10.96.0.30:80 -> 10.244.2.5:8080 10.244.1.5:8080
 tcp 10.96.0.99:80 -> refused
+tcp 192.0.2.7:80 (inside) -> 10.244.2.5:8080 10.244.1.5:8080
 tcp 192.0.2.7:80 -> 10.244.1.5:8080
+tcp 192.168.1.10:30080 (inside) -> 10.244.2.5:8080 10.244.1.5:8080
 tcp 192.168.1.10:30080 -> 10.244.1.5:8080
+tcp 198.51.100.1:80 (inside) -> 10.244.2.5:8080 10.244.1.5:8080
 tcp 198.51.100.1:80 -> 10.244.1.5:8080
 udp 10.96.0.53:53 -> 10.244.1.3:53`
-	check("full sync", 8+9, all)
-	if res.Total != 8+9 {
-		t.Errorf("total %d, want 17", res.Total)
+	// eTP Local's three external entry points each have an inside entry
+	// with both endpoints.
+	check("full sync", 11+15, all)
+	if res.Total != 11+15 {
+		t.Errorf("total %d, want 26", res.Total)
 	}
 
 	// One endpoint goes: the count drops, its slot is deleted, nothing
@@ -143,15 +148,18 @@ udp 10.96.0.53:53 -> 10.244.1.3:53`
 tcp 10.96.0.20:80 affinity=3h0m0s -> 10.244.2.9:8080
 tcp 10.96.0.30:80 -> 10.244.2.5:8080 10.244.1.5:8080
 tcp 10.96.0.99:80 -> refused
+tcp 192.0.2.7:80 (inside) -> 10.244.2.5:8080 10.244.1.5:8080
 tcp 192.0.2.7:80 -> 10.244.1.5:8080
+tcp 192.168.1.10:30080 (inside) -> 10.244.2.5:8080 10.244.1.5:8080
 tcp 192.168.1.10:30080 -> 10.244.1.5:8080
+tcp 198.51.100.1:80 (inside) -> 10.244.2.5:8080 10.244.1.5:8080
 tcp 198.51.100.1:80 -> 10.244.1.5:8080
 udp 10.96.0.53:53 -> 10.244.1.3:53`)
 
 	// A deleted service takes every entry point and backend with it.
 	snap3 := pt.Snapshot(proxy.IPv4, web2, dns, empty, sticky)
 	sync(snap3, pt.Changed(ext.Name))
-	check("service deleted", 4+5, `tcp 10.96.0.10:80 -> 10.244.2.2:8080
+	check("service deleted", 7+11, `tcp 10.96.0.10:80 -> 10.244.2.2:8080
 tcp 10.96.0.20:80 affinity=3h0m0s -> 10.244.2.9:8080
 tcp 10.96.0.99:80 -> refused
 udp 10.96.0.53:53 -> 10.244.1.3:53`)
@@ -173,6 +181,64 @@ udp 10.96.0.53:53 -> 10.244.1.3:53`)
 	if bes, _ := tb.backends.All(); len(bes) != 1 {
 		t.Errorf("backends left: %v", bes)
 	}
+}
+
+// TestInsideEntryFollowsThePolicy: an eTP=Local entry point gets an inside
+// entry with the cluster-wide endpoints (flagged on the ordinary one, which
+// keeps the local endpoints), and switching the policy back to Cluster
+// removes it and the flag; internalTrafficPolicy Local needs none.
+func TestInsideEntryFollowsThePolicy(t *testing.T) {
+	tb := fakeTables(t, 1024)
+	s := newState(proxy.IPv4, tb.services, tb.backends, testapi.Logger())
+	port := func(opts ...pt.PortOpt) *proxy.ServicePort {
+		return pt.Port("ns", "lb", "10.96.0.30", 80, proxy.TCP, append([]pt.PortOpt{pt.WithLB("198.51.100.1"),
+			pt.WithEndpoints(8080, "10.244.2.5"), pt.WithLocalEndpoints(8080, "10.244.1.5")}, opts...)...)
+	}
+	lb := netip.MustParseAddr("198.51.100.1")
+	key := svcKey{Addr: addrWords(lb), Port: swapPort(80), Proto: protoNumbers[proxy.TCP]}
+	inKey := key
+	inKey.Scope = scopeInside
+	step := func(name string, sp *proxy.ServicePort, cs proxy.ChangeSet, wantFlags uint32, want string) {
+		t.Helper()
+		if _, err := s.sync(pt.Snapshot(proxy.IPv4, sp), cs); err != nil {
+			t.Fatal(err)
+		}
+		got, err := dump(proxy.IPv4, tb.services, tb.backends)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != want {
+			t.Errorf("%s: maps hold\n%s\nwant\n%s", name, got, want)
+		}
+		svcs, err := tb.services.All()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := svcs[key]; v.Flags != wantFlags {
+			t.Errorf("%s: LB entry flags %b, want %b", name, v.Flags, wantFlags)
+		}
+		if _, ok := svcs[inKey]; ok != (wantFlags&flagInside != 0) {
+			t.Errorf("%s: inside entry present %v, want it only with flagInside", name, ok)
+		}
+	}
+	local := port(pt.WithETPLocal)
+	step("eTP Local", local, pt.Full, flagKeepSource|flagInside, `tcp 10.96.0.30:80 -> 10.244.2.5:8080 10.244.1.5:8080
+tcp 198.51.100.1:80 (inside) -> 10.244.2.5:8080 10.244.1.5:8080
+tcp 198.51.100.1:80 -> 10.244.1.5:8080`)
+	// The local endpoint keeps its slot (affinity remembers slots).
+	step("back to Cluster", port(), pt.Changed(local.Name), 0, `tcp 10.96.0.30:80 -> 10.244.2.5:8080 10.244.1.5:8080
+tcp 198.51.100.1:80 -> 10.244.1.5:8080 10.244.2.5:8080`)
+	if n := len(s.vips); n != 2 {
+		t.Errorf("back to Cluster: %d entry points remembered, want 2", n)
+	}
+	step("eTP Local again", local, pt.Changed(local.Name), flagKeepSource|flagInside, `tcp 10.96.0.30:80 -> 10.244.2.5:8080 10.244.1.5:8080
+tcp 198.51.100.1:80 (inside) -> 10.244.2.5:8080 10.244.1.5:8080
+tcp 198.51.100.1:80 -> 10.244.1.5:8080`)
+	step("iTP Local too", port(pt.WithETPLocal, pt.WithITPLocal), pt.Changed(local.Name), flagKeepSource,
+		`tcp 10.96.0.30:80 -> 10.244.1.5:8080
+tcp 198.51.100.1:80 -> 10.244.1.5:8080`)
+	step("full sync back to Cluster", port(), pt.Full, 0, `tcp 10.96.0.30:80 -> 10.244.1.5:8080 10.244.2.5:8080
+tcp 198.51.100.1:80 -> 10.244.1.5:8080 10.244.2.5:8080`)
 }
 
 // TestMapFullSkipsTheEntry: a services map with room for two entries takes

@@ -296,10 +296,17 @@ func withSourceRanges(e entry, f proxy.Family, ranges []netip.Prefix) entry {
 		return e
 	}
 	e.flags |= flagSrcRanges
-	for _, p := range ranges {
+	e.ranges = familyPrefixes(f, ranges)
+	return e
+}
+
+// familyPrefixes are the prefixes of family f in ps, masked.
+func familyPrefixes(f proxy.Family, ps []netip.Prefix) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range ps {
 		if f.Contains(p.Addr()) {
-			e.ranges = append(e.ranges, p.Masked())
+			out = append(out, p.Masked())
 		}
 	}
-	return e
+	return out
 }

@@ -33,13 +33,17 @@ import (
 type tcEnv struct {
 	*proxytest.Env
 	cgroup, pins string
+	ifaces       []string // the tc program's interfaces: c0 unless told
 }
 
-func newTCEnv(t *testing.T) *tcEnv {
+func newTCEnv(t *testing.T, ifaces ...string) *tcEnv {
 	nettest.RequirePrivileged(t)
 	nettest.SkipShort(t, "the real-kernel tc suite")
 	nettest.RequireTool(t, "nft")
-	k := &tcEnv{}
+	if len(ifaces) == 0 {
+		ifaces = []string{"c0"}
+	}
+	k := &tcEnv{ifaces: ifaces}
 	k.Env = proxytest.NewEnv(t, func(t testing.TB, _ *nettest.NS, f proxy.Family) proxy.DataPlane {
 		return k.dataPlane(f)
 	})
@@ -58,7 +62,7 @@ func newTCEnv(t *testing.T) *tcEnv {
 
 func (k *tcEnv) dataPlane(f proxy.Family) *DataPlane {
 	return New(Config{Family: f, Cgroup: k.cgroup, PinDir: filepath.Join(k.pins, familyDir(f)), Log: testapi.Logger(),
-		Interfaces: []string{"c0"}, NetNS: k.Node.Path()})
+		Interfaces: k.ifaces, NetNS: k.Node.Path()})
 }
 
 // TestKernelTC runs the tc path's requirements against the real kernel.
@@ -82,6 +86,53 @@ func TestKernelTC(t *testing.T) {
 		{"CleanupLeavesNothing", tcCleanupLeavesNothing},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.run(t, k) })
+	}
+}
+
+// TestTCPodReachesETPLocalElsewhere: with the tc program on the client's
+// and pod1's veths, pod1 (a source in the cluster CIDRs) reaches an
+// eTP=Local Service whose only endpoint is on another node through the LB
+// IP and the NodePort, keeping its address (the inside entry,
+// kubernetes#71596), while the client, another host, is refused at once.
+// The shared suite's ExternalTrafficPolicyLocalFromInside also has the
+// node itself connect, which is socket LB's (nodeOwnTrafficIsSocketLB).
+func TestTCPodReachesETPLocalElsewhere(t *testing.T) {
+	k := newTCEnv(t, "c0", "p1")
+	k.StartProxy(t)
+	for _, c := range []struct {
+		family         v1.IPFamily
+		lb, node, pod1 string
+		remote         proxytest.Backend
+	}{
+		{v1.IPv4Protocol, proxytest.LBIP, proxytest.NodeIP, proxytest.Pod1IP, proxytest.Pod2},
+		{v1.IPv6Protocol, proxytest.LBIP6, proxytest.NodeIP6, proxytest.Pod1IP6, proxytest.Pod2v6},
+	} {
+		t.Run(string(c.family), func(t *testing.T) {
+			spec := proxytest.Service("local-inside-"+strings.ToLower(string(c.family)), v1.ProtocolTCP, proxytest.TCPPort)
+			spec.Spec.Type = v1.ServiceTypeLoadBalancer
+			spec.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+			policy := v1.IPFamilyPolicySingleStack
+			spec.Spec.IPFamilyPolicy = &policy
+			spec.Spec.IPFamilies = []v1.IPFamily{c.family}
+			svc := k.setLBIngressTo(t, k.CreateService(t, spec), c.lb)
+			k.SetEndpoints(t, svc, proxytest.TCPPort, c.remote) // none on this node
+			for _, addr := range []string{net.JoinHostPort(c.lb, fmt.Sprint(proxytest.TCPPort)), nodePortOf(c.node, svc)} {
+				proxytest.Eventually(t, wait, "pod1 reaching the remote endpoint at "+addr, func() error {
+					r, err := proxytest.DialTCP(k.Pod1, addr, time.Second)
+					if err != nil {
+						return err
+					}
+					if host, _, _ := net.SplitHostPort(r.Peer); r.Backend != "pod2" || host != c.pod1 {
+						return fmt.Errorf("answered by %s seeing %s, want pod2 seeing %s", r.Backend, r.Peer, c.pod1)
+					}
+					return nil
+				})
+				start := time.Now()
+				if _, err := proxytest.DialTCP(k.Client, addr, 3*time.Second); !errors.Is(err, syscall.ECONNREFUSED) || time.Since(start) > time.Second {
+					t.Errorf("client to %s: %v after %v, want refused at once", addr, err, time.Since(start))
+				}
+			}
+		})
 	}
 }
 
@@ -150,7 +201,12 @@ func externalIPAndLoadBalancerIP(t *testing.T, k *tcEnv) {
 
 func (k *tcEnv) setLBIngress(t *testing.T, svc *v1.Service) *v1.Service {
 	t.Helper()
-	svc.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: proxytest.LBIP}}
+	return k.setLBIngressTo(t, svc, proxytest.LBIP)
+}
+
+func (k *tcEnv) setLBIngressTo(t *testing.T, svc *v1.Service, ip string) *v1.Service {
+	t.Helper()
+	svc.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: ip}}
 	svc, err := k.Kube.CoreV1().Services("default").UpdateStatus(t.Context(), svc, metav1.UpdateOptions{})
 	if err != nil {
 		t.Fatalf("set LB ingress: %v", err)

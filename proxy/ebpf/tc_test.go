@@ -57,6 +57,7 @@ func TestExternalEntryFlags(t *testing.T) {
 		pt.WithLocalEndpoints(8080, "10.244.1.5"))
 	snap := pt.Snapshot(proxy.IPv4, sp)
 	snap.Node.IPs = []netip.Addr{netip.MustParseAddr("192.168.1.10")}
+	ranges := []netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("10.0.0.0/8")}
 	got := map[string]entry{}
 	st := newState(proxy.IPv4, nil, nil, testapi.Logger())
 	for _, e := range entries(snap, sp) {
@@ -66,11 +67,14 @@ func TestExternalEntryFlags(t *testing.T) {
 		flags  uint32
 		ranges []netip.Prefix
 	}{
-		"10.96.0.30:80/tcp":      {0, nil},
-		"192.0.2.7:80/tcp":       {flagKeepSource, nil},
-		"192.168.1.10:30080/tcp": {flagKeepSource, nil},
-		"198.51.100.1:80/tcp": {flagKeepSource | flagSrcRanges,
-			[]netip.Prefix{netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("10.0.0.0/8")}},
+		"10.96.0.30:80/tcp":               {0, nil},
+		"192.0.2.7:80/tcp":                {flagKeepSource | flagInside, nil},
+		"192.0.2.7:80/tcp (inside)":       {flagKeepSource, nil},
+		"192.168.1.10:30080/tcp":          {flagKeepSource | flagInside, nil},
+		"192.168.1.10:30080/tcp (inside)": {flagKeepSource, nil},
+		"198.51.100.1:80/tcp":             {flagKeepSource | flagSrcRanges | flagInside, ranges},
+		// Pods are held to loadBalancerSourceRanges as well.
+		"198.51.100.1:80/tcp (inside)": {flagKeepSource | flagSrcRanges, ranges},
 	} {
 		e, ok := got[key]
 		if !ok {
@@ -106,8 +110,11 @@ func TestSourceRangesFollowTheEntryPoint(t *testing.T) {
 		}
 		var out []string
 		for k := range all {
-			p := netip.PrefixFrom(wordsAddr(k.Addr, proxy.IPv4), int(k.Prefixlen)-32)
-			out = append(out, p.String())
+			p := netip.PrefixFrom(wordsAddr(k.Addr, proxy.IPv4), int(k.Prefixlen)-32).String()
+			if k.Id == clusterCIDRsID {
+				p = "cluster " + p
+			}
+			out = append(out, p)
 		}
 		slices.Sort(out)
 		return out
@@ -121,16 +128,19 @@ func TestSourceRangesFollowTheEntryPoint(t *testing.T) {
 			t.Errorf("%s: src_ranges %v, want %v", name, got, want)
 		}
 	}
+	// The cluster CIDRs (the tc path's test for inside sources) stay
+	// through every step.
+	const cluster = "cluster 10.244.0.0/16"
 	lb := port("203.0.113.0/24", "192.0.2.9/32")
-	step("full sync", pt.Snapshot(proxy.IPv4, lb), pt.Full, "192.0.2.9/32", "203.0.113.0/24")
+	step("full sync", pt.Snapshot(proxy.IPv4, lb), pt.Full, "192.0.2.9/32", "203.0.113.0/24", cluster)
 	step("one range replaced", pt.Snapshot(proxy.IPv4, port("203.0.113.0/24", "192.0.2.0/28")), pt.Changed(lb.Name),
-		"192.0.2.0/28", "203.0.113.0/24")
-	step("ranges dropped", pt.Snapshot(proxy.IPv4, port()), pt.Changed(lb.Name))
-	step("ranges back", pt.Snapshot(proxy.IPv4, lb), pt.Changed(lb.Name), "192.0.2.9/32", "203.0.113.0/24")
+		"192.0.2.0/28", "203.0.113.0/24", cluster)
+	step("ranges dropped", pt.Snapshot(proxy.IPv4, port()), pt.Changed(lb.Name), cluster)
+	step("ranges back", pt.Snapshot(proxy.IPv4, lb), pt.Changed(lb.Name), "192.0.2.9/32", "203.0.113.0/24", cluster)
 	if err := src.Put(srcKey(999, netip.MustParsePrefix("10.0.0.0/8")), 1); err != nil {
 		t.Fatal(err)
 	}
 	s = newS()
-	step("restart drops strays", pt.Snapshot(proxy.IPv4, lb), pt.Full, "192.0.2.9/32", "203.0.113.0/24")
-	step("service deleted", pt.Snapshot(proxy.IPv4), pt.Changed(lb.Name))
+	step("restart drops strays", pt.Snapshot(proxy.IPv4, lb), pt.Full, "192.0.2.9/32", "203.0.113.0/24", cluster)
+	step("service deleted", pt.Snapshot(proxy.IPv4), pt.Changed(lb.Name), cluster)
 }

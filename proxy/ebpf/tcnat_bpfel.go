@@ -53,7 +53,7 @@ type tcnatSvcKey struct {
 	Addr  [4]uint32
 	Port  uint16
 	Proto uint8
-	Pad   uint8
+	Scope uint8
 }
 
 type tcnatSvcValue struct {

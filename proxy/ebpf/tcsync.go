@@ -111,7 +111,8 @@ func (s *state) dropOrphanRanges() error {
 	if s.ranges == nil {
 		return nil
 	}
-	ids := make(map[uint32]bool, len(s.vips))
+	ids := make(map[uint32]bool, len(s.vips)+1)
+	ids[clusterCIDRsID] = true
 	for _, v := range s.vips {
 		ids[v.val.Id] = true
 	}

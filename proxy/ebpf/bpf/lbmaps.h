@@ -11,12 +11,26 @@
 #define SVC_AFFINITY 1    // sessionAffinity ClientIP: reuse the client's backend
 #define SVC_KEEP_SOURCE 2 // externalTrafficPolicy Local: no SNAT, the backend sees the client (tc path)
 #define SVC_SRC_RANGES 4  // loadBalancerSourceRanges: only sources in src_ranges[{id, *}] (tc path)
+// An external entry point with externalTrafficPolicy Local whose traffic
+// from inside the cluster (this node's sockets; pods' packets on the tc
+// path) goes to the cluster-wide endpoints (kubernetes#71596): those are in
+// the entry with the same address, port and protocol and scope
+// SCOPE_INSIDE. Only flagged entries cost the second lookup.
+#define SVC_INSIDE 8
+
+// svc_key.scope: which traffic an entry serves.
+#define SCOPE_ANY 0    // every client (the only scope of most entries)
+#define SCOPE_INSIDE 1 // clients inside the cluster, for entries with SVC_INSIDE
+
+// src_ranges id holding the cluster CIDRs (tc path): entry point ids start
+// at 1, so 0 is free.
+#define CLUSTER_CIDRS_ID 0
 
 struct svc_key {
 	__u32 addr[4];
 	__u16 port;  // network byte order
 	__u8 proto;  // IPPROTO_TCP / IPPROTO_UDP
-	__u8 pad;
+	__u8 scope;  // SCOPE_*
 };
 
 struct svc_value {

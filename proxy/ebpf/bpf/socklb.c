@@ -123,6 +123,16 @@ static __always_inline int translate(struct bpf_sock_addr *ctx, struct svc_key *
 	struct svc_value *svc = bpf_map_lookup_elem(&services, key);
 	if (!svc)
 		return PASS;
+	if (svc->flags & SVC_INSIDE) {
+		// Every socket these hooks see is this node's (a pod's or the
+		// host's): inside traffic, which the other modes send to the
+		// cluster-wide endpoints of an eTP=Local entry point.
+		key->scope = SCOPE_INSIDE;
+		struct svc_value *inside = bpf_map_lookup_elem(&services, key);
+		key->scope = SCOPE_ANY;
+		if (inside)
+			svc = inside;
+	}
 	if (svc->count == 0)
 		return REFUSE;
 	struct addrport *be = pick(ctx, svc);

@@ -343,6 +343,14 @@ static __always_inline int allowed_source(const struct svc_value *svc, struct fl
 	return bpf_map_lookup_elem(&src_ranges, &k) != NULL;
 }
 
+// from_cluster tells whether f's source is in the cluster CIDRs.
+static __always_inline int from_cluster(struct flow *f)
+{
+	struct src_key k = {.prefixlen = 32 + (f->v6 ? 128 : 32), .id = CLUSTER_CIDRS_ID};
+	__builtin_memcpy(k.addr, f->saddr, sizeof(k.addr));
+	return bpf_map_lookup_elem(&src_ranges, &k) != NULL;
+}
+
 // nat sets up the conntrack entry of a new flow to an entry point; the
 // kernel's NAT does the rest.
 static __always_inline int nat(struct __sk_buff *skb, struct flow *f, struct bpf_sock_tuple *tup, __u32 tuplen)
@@ -352,6 +360,14 @@ static __always_inline int nat(struct __sk_buff *skb, struct flow *f, struct bpf
 	struct svc_value *svc = bpf_map_lookup_elem(&services, &key);
 	if (!svc)
 		return NEXT;
+	if ((svc->flags & SVC_INSIDE) && from_cluster(f)) {
+		// A pod (of this node or another) reaching an eTP=Local entry
+		// point: the cluster-wide endpoints, as for socket LB.
+		key.scope = SCOPE_INSIDE;
+		struct svc_value *inside = bpf_map_lookup_elem(&services, &key);
+		if (inside)
+			svc = inside;
+	}
 	struct bpf_ct_opts opts = {.netns_id = BPF_F_CURRENT_NETNS, .l4proto = f->proto};
 	struct nf_conn *ct = bpf_skb_ct_lookup(skb, tup, tuplen, &opts, sizeof(opts));
 	if (ct) {
