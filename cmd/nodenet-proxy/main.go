@@ -10,26 +10,12 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"flag"
-	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
+	"github.com/nodenet/nodenet/internal/cli"
 	"github.com/nodenet/nodenet/proxy/proxycmd"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	err := proxycmd.Run(ctx, os.Args[1:])
-	if errors.Is(err, flag.ErrHelp) {
-		return // the flag set printed the help the user asked for
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "nodenet-proxy: %v\n", err)
-		os.Exit(1)
-	}
+	cli.RunCommand("nodenet-proxy", proxycmd.Run, os.Args[1:])
 }

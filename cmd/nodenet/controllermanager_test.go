@@ -1,9 +1,10 @@
 package main
 
 import (
-	"github.com/nodenet/nodenet/internal/cli"
 	"slices"
 	"testing"
+
+	"github.com/nodenet/nodenet/internal/cli"
 )
 
 // TestEndpointsControllerEnabledByDefault: the Endpoints controller needs

@@ -2,15 +2,13 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
-	"github.com/nodenet/nodenet/proxy/proxycmd"
 	"io"
 	"os"
-	"os/signal"
 	"sort"
-	"syscall"
+
+	"github.com/nodenet/nodenet/internal/cli"
+	"github.com/nodenet/nodenet/proxy/proxycmd"
 )
 
 // subcommand parses its own flags and runs until ctx ends.
@@ -70,16 +68,7 @@ func main() {
 		usage(os.Stderr)
 		os.Exit(2)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	err := cmd.run(ctx, os.Args[2:])
-	if errors.Is(err, flag.ErrHelp) {
-		return // the flag set printed the help the user asked for
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "nodenet %s: %v\n", os.Args[1], err)
-		os.Exit(1)
-	}
+	cli.RunCommand("nodenet "+os.Args[1], cmd.run, os.Args[2:])
 }
 
 // component names the running daemon for its user agent: "nodenet-proxy",

@@ -70,6 +70,11 @@ func ParseArgs(args []string) (Options, error) {
 	return o, errors.New("no -- before the command")
 }
 
+// usage is the shim's command line, printed for --help and with an error.
+const usage = "usage: [--exec] [--log FILE] [--mounts JSON] -- COMMAND [ARG...]\n" +
+	"  runs COMMAND as a pod container: its output as CRI log lines in FILE, or (--exec) exec'd\n" +
+	"  after binding the JSON list of mounts in the caller's private mount namespace"
+
 // Main runs the shim's command line, args being what follows self, and
 // returns the process's exit code. self is the command line that reaches
 // Main again in the running binary ([nodenet-shim] or [nodenet logshim]):
@@ -77,9 +82,13 @@ func ParseArgs(args []string) (Options, error) {
 // mounts in the private mount namespace its caller started it in and
 // execs the command; the agent also runs CNI plugins through it.
 func Main(self, args []string) int {
+	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+		fmt.Fprintf(os.Stdout, "%s\n", usage)
+		return 0
+	}
 	o, err := ParseArgs(args)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "logshim: %v\nusage: [--exec] [--log FILE] [--mounts JSON] -- COMMAND [ARG...]\n", err)
+		fmt.Fprintf(os.Stderr, "logshim: %v\n%s\n", err, usage)
 		return 2
 	}
 	if o.Exec {
