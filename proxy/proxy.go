@@ -378,8 +378,12 @@ func (p *Proxy) cleanConntrack(f Family, was map[ServicePortName]*ServicePort, n
 	if stale := staleUDPFlows(was, next); !stale.empty() {
 		filter = append(filter, stale)
 	}
-	if u := untranslatedFlows(next); cs.Full && len(u) > 0 {
-		filter = append(filter, u)
+	if cs.Full {
+		// Only full syncs: the set holds every VIP, and a partial sync's
+		// cost must stay that of its changes.
+		if u := untranslatedFlows(next); len(u) > 0 {
+			filter = append(filter, u)
+		}
 	}
 	if len(filter) == 0 {
 		return
