@@ -113,14 +113,9 @@ func New(o Options) (*Agent, error) {
 		cni: &cniRuntime{confDir: o.CNIConfDir, binDirs: o.CNIBinDirs, cacheDir: o.CNICacheDir, exec: newNodeViewExec(shimCommand(o.Self), o.HostRoot)}}, nil
 }
 
-// proxyBinary is the nodenet-proxy the image's path maps to: the one next
-// to Self (absent when only nodenet was built; see resolve).
-func (a *Agent) proxyBinary() string {
-	if a.o.Self == "" {
-		return ""
-	}
-	return filepath.Join(filepath.Dir(a.o.Self), "nodenet-proxy")
-}
+// proxyCommand is the command the image's nodenet-proxy path maps to:
+// the nodenet-proxy next to Self, else `nodenet proxy` (see resolve).
+func (a *Agent) proxyCommand() []string { return siblingCommand(a.o.Self, "nodenet-proxy", "proxy") }
 
 // cniPlugin is the nodenet-cni binary the image's path maps to.
 func (a *Agent) cniPlugin() string {

@@ -22,14 +22,20 @@ import (
 // a fraction of nodenet's time and runs several times per pod, or
 // `nodenet logshim` (the same code) when only nodenet was built. Nil
 // without a binary (an agent embedded in another program).
-func shimCommand(self string) []string {
+func shimCommand(self string) []string { return siblingCommand(self, "nodenet-shim", "logshim") }
+
+// siblingCommand is the command line of a single-purpose binary name
+// built beside the multi-call binary self (nodenet-shim, nodenet-proxy),
+// or, when it was not built, self's subcommand sub running the same code.
+// Nil without a binary.
+func siblingCommand(self, name, sub string) []string {
 	if self == "" {
 		return nil
 	}
-	if p := filepath.Join(filepath.Dir(self), "nodenet-shim"); fileExists(p) {
+	if p := filepath.Join(filepath.Dir(self), name); fileExists(p) {
 		return []string{p}
 	}
-	return []string{self, "logshim"}
+	return []string{self, sub}
 }
 
 // The CNI plugins of a node run in the agent's mount namespace, like the

@@ -342,13 +342,7 @@ func (w *podWorker) resolve(ctr corev1.Container, vars map[string]string) ([]str
 			argv[0] = w.a.cniPlugin()
 			return argv, nil
 		case daemonset.NodenetProxyPath:
-			// nodenet-proxy next to the binary when it was built, else
-			// the same command as a subcommand of the multi-call binary.
-			if p := w.a.proxyBinary(); fileExists(p) {
-				argv[0] = p
-				return argv, nil
-			}
-			return append([]string{self, "proxy"}, argv[1:]...), nil
+			return append(w.a.proxyCommand(), argv[1:]...), nil
 		}
 	}
 	p, err := exec.LookPath(argv[0])
@@ -723,8 +717,8 @@ func (w *podWorker) imageBinaries(c corev1.Container) []Mount {
 		return nil
 	}
 	out := []Mount{{Source: w.a.o.Self, Target: daemonset.NodenetPath, ReadOnly: true}}
-	if p := w.a.proxyBinary(); fileExists(p) {
-		out = append(out, Mount{Source: p, Target: daemonset.NodenetProxyPath, ReadOnly: true})
+	if p := w.a.proxyCommand(); len(p) == 1 { // built: not `nodenet proxy`
+		out = append(out, Mount{Source: p[0], Target: daemonset.NodenetProxyPath, ReadOnly: true})
 	}
 	if cni := w.a.cniPlugin(); fileExists(cni) {
 		out = append(out, Mount{Source: cni, Target: daemonset.NodenetCNIPath, ReadOnly: true})
