@@ -47,14 +47,14 @@ func (d *DataPlane) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect implements prometheus.Collector. Map sizes are served once the
-// maps are open (after the first sync); the skip counters always.
+// maps are open and synced; the skip counters always.
 func (d *DataPlane) Collect(ch chan<- prometheus.Metric) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, reason := range []string{skipMapFull, skipConflict} {
 		ch <- prometheus.MustNewConstMetric(d.metrics.skipped, prometheus.CounterValue, float64(d.skipped[reason]), reason)
 	}
-	if d.state == nil {
+	if d.state == nil || !d.synced {
 		return
 	}
 	counts := map[string]int{socklbMapServices: len(d.state.vips), socklbMapBackends: d.state.nSlots}
