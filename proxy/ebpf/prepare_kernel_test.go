@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/cilium/ebpf/link"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nodenet/nodenet/internal/nettest"
@@ -43,19 +42,7 @@ func TestPrepareLoadsBeforeTheFirstSync(t *testing.T) {
 	if err := d.Prepare(ctx); err != nil {
 		t.Fatalf("prepare: %v", err)
 	}
-	ids := map[string]link.ID{}
-	for _, h := range hooks[proxy.IPv4] {
-		l, err := link.LoadPinnedLink(d.linkPin(h.prog), nil)
-		if err != nil {
-			t.Fatalf("after Prepare, link of %s: %v", h.prog, err)
-		}
-		info, err := l.Info()
-		l.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids[h.prog] = info.ID
-	}
+	before := pinnedLinks(t, d)
 	// Before the first sync only the skip counters: the state knows
 	// nothing of what the maps hold yet.
 	if n := collected(d); n != 2 {
@@ -85,18 +72,9 @@ func TestPrepareLoadsBeforeTheFirstSync(t *testing.T) {
 	if len(svcs) != 1 {
 		t.Errorf("services map after the first sync holds %d entries, want web's only (the gone service's was left): %v", len(svcs), svcs)
 	}
-	for _, h := range hooks[proxy.IPv4] {
-		l, err := link.LoadPinnedLink(d.linkPin(h.prog), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		info, err := l.Info()
-		l.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if info.ID != ids[h.prog] {
-			t.Errorf("%s: link %d replaced by %d after Prepare", h.prog, ids[h.prog], info.ID)
+	for prog, info := range pinnedLinks(t, d) {
+		if info.ID != before[prog].ID {
+			t.Errorf("%s: link %d replaced by %d after Prepare", prog, before[prog].ID, info.ID)
 		}
 	}
 }
