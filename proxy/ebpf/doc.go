@@ -64,7 +64,11 @@
 //
 // # Syncs are map updates
 //
-// Programs are loaded once per process; Sync writes maps only. Each entry
+// Programs are loaded once per process, by Prepare (proxy.Preparer: the
+// core runs it while the informers make their initial lists, so at 10,000
+// Services the first sync does not also pay for the ELF parse, kernel BTF,
+// map creation and the verifier) or else by the first Sync; Sync writes
+// maps only, and the first one after a load is always full. Each entry
 // point has a stable id. A changed endpoint set keeps every surviving
 // backend in its slot (assignSlots): newcomers fill removed backends'
 // slots, the last backend moves into a leftover hole, the count is raised
@@ -81,7 +85,7 @@
 //
 // Maps and links are pinned under Config.PinDir (default
 // /sys/fs/bpf/nodenet/ipv4|ipv6; it must be on a bpf filesystem). The
-// first Sync of a new process re-opens the pinned maps and points the
+// load of a new process (Prepare or its first Sync) re-opens the pinned maps and points the
 // pinned links at its freshly loaded programs (link update: the links are
 // never detached), so a restart keeps translating without a gap. Cleanup
 // unpins the links (which detaches them), removes the map pins and the
