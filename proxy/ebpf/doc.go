@@ -216,7 +216,10 @@
 // affinity by client address, endpoint change (new flows move, an
 // established one stays), IPv6 NodePort, restart on the same pins (same
 // link, established flow alive) and Cleanup (nothing attached, no pin, no
-// table). tc_suite_test.go runs proxytest.KernelSuite with
+// table). tc_restart_kernel_test.go restarts the proxy three times under
+// load through a NodePort with a local and a remote (SNAT) endpoint: two
+// clients opening TCP connections back to back, UDP questions from new
+// sockets, 20 established connections echoing every 50 ms; nothing fails. tc_suite_test.go runs proxytest.KernelSuite with
 // tc on all of the node's interfaces and nothing in the cgroup: every case
 // passes (hairpin included: the pod's packets are translated on its veth)
 // (Metrics too, now that the mode is registered) but one:
