@@ -394,12 +394,7 @@ func restartKeepsServing(t *testing.T, k *kernelEnv) {
 	k.StopProxy()
 	time.Sleep(200 * time.Millisecond)
 	p := k.StartProxy(t)
-	proxytest.Eventually(t, wait, "first sync after restart", func() error {
-		if p.Snapshot(proxy.IPv4) == nil {
-			return errors.New("not yet")
-		}
-		return nil
-	})
+	waitSynced(t, p)
 	time.Sleep(200 * time.Millisecond)
 	close(stop)
 	<-done

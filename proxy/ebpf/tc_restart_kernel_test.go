@@ -2,7 +2,6 @@ package ebpf
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -120,12 +119,7 @@ func TestTCRestartUnderLoad(t *testing.T) {
 		k.StopProxy()
 		time.Sleep(200 * time.Millisecond) // no proxy at all for a moment
 		p := k.StartProxy(t)
-		proxytest.Eventually(t, wait, "first sync after restart", func() error {
-			if p.Snapshot(proxy.IPv4) == nil {
-				return errors.New("not yet")
-			}
-			return nil
-		})
+		waitSynced(t, p)
 	}
 	time.Sleep(300 * time.Millisecond)
 	close(stop)
@@ -184,4 +178,14 @@ func (c *echoConn) roundTrip() error {
 		return fmt.Errorf("echo %q", line)
 	}
 	return nil
+}
+
+// waitSynced waits for p's first successful sync.
+func waitSynced(t *testing.T, p *proxy.Proxy) {
+	t.Helper()
+	select {
+	case <-p.Synced():
+	case <-time.After(wait):
+		t.Fatalf("no first sync within %v", wait)
+	}
 }
