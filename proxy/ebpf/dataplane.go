@@ -48,8 +48,9 @@ type Config struct {
 	// them for an entry point is translated by a TCX ingress program
 	// (tc.go). Empty: socket-level load balancing only.
 	Interfaces []string
-	// NetNS is the network namespace (a path such as /run/netns/node-a)
-	// Interfaces live in; "" is this process's own.
+	// NetNS is the node's network namespace (a path such as
+	// /run/netns/node-a): Interfaces live in it, and wildcard NodePorts
+	// answer on its addresses (localaddrs.go); "" is this process's own.
 	NetNS string
 }
 
@@ -89,8 +90,12 @@ type DataPlane struct {
 	state *state
 	// destroyer closes connected UDP sockets of removed backends.
 	destroyer *sockDestroyer
-	metrics   mapMetrics
-	skipped   map[string]int // entry points skipped, by reason
+	// local keeps local_addrs (wildcard NodePorts), watch follows the
+	// node namespace's addresses for it (localaddrs.go).
+	local   *localAddrSet
+	watch   *addrWatcher
+	metrics mapMetrics
+	skipped map[string]int // entry points skipped, by reason
 }
 
 // New returns a data plane; it does not touch the kernel.
@@ -127,6 +132,11 @@ func (d *DataPlane) Sync(ctx context.Context, snap *proxy.Snapshot, changed prox
 			return proxy.SyncResult{}, err
 		}
 		changed = proxy.ChangeSet{Full: true}
+	} else if changed.Full {
+		// Between full syncs the address subscription keeps it.
+		if _, err := d.local.resync(); err != nil {
+			return proxy.SyncResult{}, err
+		}
 	}
 	res, err := d.state.sync(snap, changed)
 	if err != nil {
@@ -201,6 +211,11 @@ func (d *DataPlane) load() (err error) {
 	if srcRanges != nil {
 		d.maps = append(d.maps, srcRanges)
 		d.state.ranges = newRangeSet(kernelTable[tcnatSrcKey, uint8]{srcRanges})
+	}
+	d.maps = append(d.maps, coll.Maps[socklbMapLocalAddrs])
+	if err := d.startLocalAddrs(coll.Maps[socklbMapLocalAddrs]); err != nil {
+		d.closeLocked()
+		return err
 	}
 	return nil
 }
@@ -302,13 +317,15 @@ func (d *DataPlane) Close() {
 }
 
 func (d *DataPlane) closeLocked() {
+	// First: the watcher writes local_addrs through a map closed below.
+	d.watch.stop()
 	for _, m := range d.maps {
 		m.Close()
 	}
 	if d.destroyer != nil {
 		d.destroyer.Close()
 	}
-	d.maps, d.state, d.destroyer = nil, nil, nil
+	d.maps, d.state, d.destroyer, d.local, d.watch = nil, nil, nil, nil, nil
 }
 
 // Cleanup implements proxy.DataPlane: it detaches and unpins every link and

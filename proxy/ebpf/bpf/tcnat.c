@@ -357,17 +357,14 @@ static __always_inline int nat(struct __sk_buff *skb, struct flow *f, struct bpf
 {
 	struct svc_key key = {.port = f->dport, .proto = f->proto};
 	__builtin_memcpy(key.addr, f->daddr, sizeof(key.addr));
-	struct svc_value *svc = bpf_map_lookup_elem(&services, &key);
+	struct svc_key found;
+	struct svc_value *svc = find_svc(&key, &found);
 	if (!svc)
 		return NEXT;
-	if ((svc->flags & SVC_INSIDE) && from_cluster(f)) {
-		// A pod (of this node or another) reaching an eTP=Local entry
-		// point: the cluster-wide endpoints, as for socket LB.
-		key.scope = SCOPE_INSIDE;
-		struct svc_value *inside = bpf_map_lookup_elem(&services, &key);
-		if (inside)
-			svc = inside;
-	}
+	// A pod (of this node or another) reaching an eTP=Local entry point:
+	// the cluster-wide endpoints, as for socket LB.
+	if ((svc->flags & SVC_INSIDE) && from_cluster(f))
+		svc = inside_of(&found, svc);
 	struct bpf_ct_opts opts = {.netns_id = BPF_F_CURRENT_NETNS, .l4proto = f->proto};
 	struct nf_conn *ct = bpf_skb_ct_lookup(skb, tup, tuplen, &opts, sizeof(opts));
 	if (ct) {
