@@ -52,6 +52,10 @@ type Config struct {
 	// /run/netns/node-a): Interfaces live in it, and wildcard NodePorts
 	// answer on its addresses (localaddrs.go); "" is this process's own.
 	NetNS string
+	// FollowNode (--bpf-tc-interfaces=auto) keeps the tc interfaces the
+	// links holding a node address as addresses come and go (tcfollow.go);
+	// Interfaces is then the choice at start. nil: Interfaces stay.
+	FollowNode *NodeAddrChoice
 }
 
 // hook is one program and where it attaches.
@@ -92,10 +96,14 @@ type DataPlane struct {
 	destroyer *sockDestroyer
 	// local keeps local_addrs (wildcard NodePorts), watch follows the
 	// node namespace's addresses for it (localaddrs.go).
-	local   *localAddrSet
-	watch   *addrWatcher
-	metrics mapMetrics
-	skipped map[string]int // entry points skipped, by reason
+	local *localAddrSet
+	watch *addrWatcher
+	// follow re-chooses the tc interfaces on address changes (with
+	// Config.FollowNode); tcChanges counts what it did.
+	follow    *tcFollow
+	tcChanges tcChanges
+	metrics   mapMetrics
+	skipped   map[string]int // entry points skipped, by reason
 }
 
 // New returns a data plane; it does not touch the kernel.
@@ -319,13 +327,14 @@ func (d *DataPlane) Close() {
 func (d *DataPlane) closeLocked() {
 	// First: the watcher writes local_addrs through a map closed below.
 	d.watch.stop()
+	d.follow.close()
 	for _, m := range d.maps {
 		m.Close()
 	}
 	if d.destroyer != nil {
 		d.destroyer.Close()
 	}
-	d.maps, d.state, d.destroyer, d.local, d.watch = nil, nil, nil, nil, nil
+	d.maps, d.state, d.destroyer, d.local, d.watch, d.follow = nil, nil, nil, nil, nil, nil
 }
 
 // Cleanup implements proxy.DataPlane: it detaches and unpins every link and

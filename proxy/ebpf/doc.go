@@ -156,7 +156,9 @@
 // plane is a prometheus.Collector the core registers:
 // nodenet_proxy_ebpf_map_entries{map} and _map_max_entries{map} per
 // ip_family, and nodenet_proxy_ebpf_skipped_entries_total{reason}
-// (map_full, conflict) for entry points a sync could not program.
+// (map_full, conflict) for entry points a sync could not program, and
+// nodenet_proxy_ebpf_tc_interface_changes_total{change} (see "Choosing the
+// tc interfaces").
 //
 // # Tests
 //
@@ -256,7 +258,7 @@
 // Not on the tc path: IPv6 extension headers before TCP/UDP, IPv4 options
 // on a refused packet (it is dropped instead), SCTP.
 //
-// # Choosing the tc interfaces (tcauto.go)
+// # Choosing the tc interfaces (tcauto.go, tcfollow.go)
 //
 // --bpf-tc-interfaces=auto (AutoInterfaces, what the DaemonSet manifest
 // passes) lets one manifest serve nodes whose NICs are named differently:
@@ -265,9 +267,19 @@
 // local address in --nodeport-addresses' CIDRs (SelectInterfaces), never
 // the loopback, the CNI bridge (cni0), flannel's devices or pod veths
 // (veth*). The interface is found by what it holds, not by its kind: the
-// local cluster's node link is a veth called eth0. The choice is made
-// once; a link that gets a node address later is not translated until
-// the proxy restarts. No link matching is an error at start.
+// local cluster's node link is a veth called eth0. No link matching is
+// an error at start. The choice then follows the node (Config.FollowNode):
+// after each burst of address changes in the namespace (the subscription
+// that keeps local_addrs) the links are listed and chosen again; a link
+// that gained a node address (or one in --nodeport-addresses' CIDRs) gets
+// the program, its SNAT address and a pinned link like the others, one
+// that lost it or went away is unpinned (which detaches it) and its SNAT
+// address forgotten, and a kept one's SNAT address is rewritten. Each
+// change is logged and counted in
+// nodenet_proxy_ebpf_tc_interface_changes_total{change=attached|detached}.
+// The Node object's addresses are read at start only (a new InternalIP
+// counts after a restart). An explicit --bpf-tc-interfaces list stays as
+// given.
 //
 // # The local cluster
 //

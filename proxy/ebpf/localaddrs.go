@@ -276,6 +276,9 @@ func (d *DataPlane) startLocalAddrs(m *ebpf.Map) error {
 // addresses changed. It must not take d.mu: closeLocked holds it while it
 // waits for the watcher to stop.
 func (d *DataPlane) addrsChanged() {
+	if d.follow != nil {
+		d.followInterfaces()
+	}
 	n, err := d.local.resync()
 	if err != nil {
 		d.log.Error("follow the node's addresses for wildcard NodePorts", "err", err)

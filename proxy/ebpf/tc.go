@@ -67,7 +67,7 @@ func (d *DataPlane) inNetNS(fn func() error) error { return inNetNSPath(d.cfg.Ne
 // Config.Interfaces, updating pinned links in place. It returns the tc
 // path's maps the sync writes.
 func (d *DataPlane) loadTC() (srcRanges *ebpf.Map, err error) {
-	if len(d.cfg.Interfaces) == 0 {
+	if len(d.cfg.Interfaces) == 0 && d.cfg.FollowNode == nil {
 		return nil, nil
 	}
 	spec, err := loadTcnat()
@@ -90,9 +90,17 @@ func (d *DataPlane) loadTC() (srcRanges *ebpf.Map, err error) {
 	}
 	attached := map[string]uint32{}
 	defer func() {
-		coll.Programs[name].Close()
+		// Following the node's interfaces attaches later: keep what that
+		// needs (tcfollow.go).
+		follow := err == nil && d.cfg.FollowNode != nil
+		if follow {
+			d.follow = &tcFollow{choice: *d.cfg.FollowNode, prog: coll.Programs[name], snat: coll.Maps[tcnatMapSnatAddrs],
+				ifaces: attached}
+		} else {
+			coll.Programs[name].Close()
+		}
 		for n, m := range coll.Maps {
-			if err == nil && n == tcnatMapSrcRanges {
+			if err == nil && (n == tcnatMapSrcRanges || follow && n == tcnatMapSnatAddrs) {
 				continue
 			}
 			m.Close()
@@ -263,7 +271,7 @@ func unpinLink(pin string) error {
 
 // tcIntact reports whether every attached interface's link pin exists.
 func (d *DataPlane) tcIntact() bool {
-	for _, ifName := range d.cfg.Interfaces {
+	for _, ifName := range d.tcInterfaces() {
 		if _, err := os.Stat(d.tcLinkPin(ifName)); err != nil {
 			return false
 		}
