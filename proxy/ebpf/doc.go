@@ -255,8 +255,23 @@
 // refused) are TestTCPodReachesETPLocalElsewhere (IPv4 and IPv6), tc on
 // c0 and p1.
 //
-// Not on the tc path: IPv6 extension headers before TCP/UDP, IPv4 options
-// on a refused packet (it is dropped instead), SCTP.
+// IPv6 extension headers: tc_in6 walks up to six (MAX_EXT_HDRS)
+// hop-by-hop, routing and destination-options headers, and a fragment
+// header of a first fragment, to the TCP/UDP ports; the kernel's NAT then
+// translates the flow with the headers in place, both ways (it finds the
+// transport header itself). Later fragments carry no ports and pass:
+// conntrack reassembles the datagram before NAT, under the entry the first
+// fragment's flow made (as for IPv4). Past six headers, or behind AH/ESP
+// or an unknown header, a packet passes untranslated. A refused TCP
+// connection's reset is built without the client's extension headers
+// (cut out with bpf_skb_adjust_room). TestTCIPv6ExtensionHeaders: a client
+// socket with IPV6_DSTOPTS reaches an IPv6 NodePort (TCP with data both
+// ways, UDP) and is reset at once without endpoints.
+//
+// Not on the tc path: a refused packet with IPv4 options, or a refused
+// UDP datagram with IPv6 extension headers, is dropped instead of answered
+// (an ICMP error would have to quote them, and the UDP header behind, for
+// the client to match it to its socket); SCTP.
 //
 // # Choosing the tc interfaces (tcauto.go, tcfollow.go)
 //
