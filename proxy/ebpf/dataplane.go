@@ -48,9 +48,14 @@ type Config struct {
 	// them for an entry point is translated by a TCX ingress program
 	// (tc.go). Empty: socket-level load balancing only.
 	Interfaces []string
-	// NetNS is the network namespace (a path such as /run/netns/node-a)
-	// Interfaces live in; "" is this process's own.
+	// NetNS is the node's network namespace (a path such as
+	// /run/netns/node-a): Interfaces live in it, and wildcard NodePorts
+	// answer on its addresses (localaddrs.go); "" is this process's own.
 	NetNS string
+	// FollowNode (--bpf-tc-interfaces=auto) keeps the tc interfaces the
+	// links holding a node address as addresses come and go (tcfollow.go);
+	// Interfaces is then the choice at start. nil: Interfaces stay.
+	FollowNode *NodeAddrChoice
 }
 
 // hook is one program and where it attaches.
@@ -94,6 +99,14 @@ type DataPlane struct {
 	synced bool
 	// destroyer closes connected UDP sockets of removed backends.
 	destroyer *sockDestroyer
+	// local keeps local_addrs (wildcard NodePorts), watch follows the
+	// node namespace's addresses for it (localaddrs.go).
+	local *localAddrSet
+	watch *addrWatcher
+	// follow re-chooses the tc interfaces on address changes (with
+	// Config.FollowNode); tcChanges counts what it did.
+	follow    *tcFollow
+	tcChanges tcChanges
 	metrics   mapMetrics
 	skipped   map[string]int // entry points skipped, by reason
 }
@@ -136,6 +149,12 @@ func (d *DataPlane) Sync(ctx context.Context, snap *proxy.Snapshot, changed prox
 		// The first sync on freshly loaded maps reads them back and
 		// converges on whatever an earlier process left.
 		changed = proxy.ChangeSet{Full: true}
+	}
+	if changed.Full {
+		// Between full syncs the address subscription keeps it.
+		if _, err := d.local.resync(); err != nil {
+			return proxy.SyncResult{}, err
+		}
 	}
 	res, err := d.state.sync(snap, changed)
 	if err != nil {
@@ -223,6 +242,11 @@ func (d *DataPlane) load() (err error) {
 	if srcRanges != nil {
 		d.maps = append(d.maps, srcRanges)
 		d.state.ranges = newRangeSet(kernelTable[tcnatSrcKey, uint8]{srcRanges})
+	}
+	d.maps = append(d.maps, coll.Maps[socklbMapLocalAddrs])
+	if err := d.startLocalAddrs(coll.Maps[socklbMapLocalAddrs]); err != nil {
+		d.closeLocked()
+		return err
 	}
 	return nil
 }
@@ -324,13 +348,17 @@ func (d *DataPlane) Close() {
 }
 
 func (d *DataPlane) closeLocked() {
+	// First: the watcher writes local_addrs through a map closed below.
+	d.watch.stop()
+	d.follow.close()
 	for _, m := range d.maps {
 		m.Close()
 	}
 	if d.destroyer != nil {
 		d.destroyer.Close()
 	}
-	d.maps, d.state, d.destroyer, d.synced = nil, nil, nil, false
+	d.maps, d.state, d.destroyer, d.local, d.watch, d.follow = nil, nil, nil, nil, nil, nil
+	d.synced = false
 }
 
 // Cleanup implements proxy.DataPlane: it detaches and unpins every link and

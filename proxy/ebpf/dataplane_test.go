@@ -63,7 +63,13 @@ func attached(t *testing.T, cgroup string, f proxy.Family) int {
 // attaches and pins again, with the service table intact.
 func TestIntegrityRepair(t *testing.T) {
 	nettest.RequirePrivileged(t)
-	cfg := Config{Family: proxy.IPv4, Cgroup: nettest.Cgroup(t), PinDir: filepath.Join(nettest.BPFFS(t), "ipv4"), Log: testapi.Logger()}
+	// The node namespace holds one address besides the loopback: the
+	// dump lists it for wildcard NodePorts.
+	node := nettest.New(t)
+	node.MustExec(t, "ip", "link", "add", "d0", "type", "veth", "peer", "name", "d1")
+	node.MustExec(t, "ip", "addr", "add", "192.0.2.50/24", "dev", "d0")
+	cfg := Config{Family: proxy.IPv4, Cgroup: nettest.Cgroup(t), PinDir: filepath.Join(nettest.BPFFS(t), "ipv4"), Log: testapi.Logger(),
+		NetNS: node.Path()}
 	ctx := context.Background()
 	dp := New(cfg)
 	t.Cleanup(func() { _ = New(cfg).Cleanup(ctx) })
@@ -103,7 +109,7 @@ func TestIntegrityRepair(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "tcp 10.96.0.10:80 -> 10.244.1.2:8080"; got != want {
+	if want := "tcp 10.96.0.10:80 -> 10.244.1.2:8080\nlocal addresses (NodePorts on *): 192.0.2.50"; got != want {
 		t.Errorf("after repair the maps hold %q, want %q", got, want)
 	}
 }

@@ -17,7 +17,7 @@
 // # Programs (per family: *4 for IPv4, *6 for IPv6)
 //
 //	connect4/6      translate ClusterIP:port (also externalIPs, LB IPs,
-//	                NodePort on the node's addresses) to a random backend,
+//	                NodePorts: see "Wildcard NodePorts") to a random backend,
 //	                or the client's sticky one (sessionAffinity ClientIP);
 //	                no endpoints → the syscall fails with ECONNREFUSED
 //	                (bpf_set_retval before rejecting; a bare reject would
@@ -31,12 +31,14 @@
 //
 // # Maps (one set per family, pinned)
 //
-//	services   hash {addr, port, proto, scope} → {id, count, flags,
-//	           affinity s}
-//	backends   hash {id, slot} → {addr, port}; slots 0..count-1
-//	reverse    LRU {socket cookie, backend} → service address (recvmsg,
-//	           getpeername)
-//	affinity   LRU {netns cookie, id} → {last use, slot, backend}
+//	services     hash {addr, port, proto, scope} → {id, count, flags,
+//	             affinity s}; scope bits: SCOPE_INSIDE, SCOPE_WILDCARD
+//	backends     hash {id, slot} → {addr, port}; slots 0..count-1
+//	local_addrs  hash {addr} → 1: the node namespace's addresses, where
+//	             wildcard NodePorts answer
+//	reverse      LRU {socket cookie, backend} → service address (recvmsg,
+//	             getpeername)
+//	affinity     LRU {netns cookie, id} → {last use, slot, backend}
 //
 // Affinity is keyed by network namespace, not client IP: at connect time a
 // socket has no source address yet, and a pod is one namespace (host
@@ -61,6 +63,34 @@
 // did not translate them, or pods behind a tc-attached veth. Both keep the
 // pod's address (no SNAT), as the other modes do. --dump shows the inside
 // entry as "<addr:port> (inside) -> ...".
+//
+// # Wildcard NodePorts (localaddrs.go)
+//
+// Without --nodeport-addresses (NodePorts.All) a NodePort answers on every
+// local address of the node's namespace, as iptables' `addrtype
+// --dst-type LOCAL` and nftables' `fib daddr type local`: a second NIC, an
+// address added later. Each such NodePort is one services entry with the
+// zero address and scope SCOPE_WILDCARD (scopeWildcard); both the socket
+// programs and the tc program look it up (find_svc in bpf/lbmaps.h) only
+// after the exact lookup missed and the destination is in local_addrs.
+// The wildcard is a scope bit, not just the zero address, so a connect()
+// to 0.0.0.0 (which Linux takes for "this host") never hits it by its
+// exact lookup. local_addrs holds the addresses of the family in
+// Config.NetNS (the node's namespace; "" is the process's), the loopback
+// excepted (127.0.0.0/8, ::1: the nftables mode's `daddr !=
+// 127.0.0.0/8`, so NodePorts on localhost need --nodeport-addresses
+// there too). The data plane lists them at load and at every full sync and
+// follows an address subscription (netlink RTM_NEWADDR/RTM_DELADDR) in
+// between, relisting after each burst of messages: an address added or
+// removed takes effect within milliseconds (measured: 0.6 ms from `ip
+// addr add` to a served NodePort, TestWildcardNodePortTC), with no sync
+// and no write to services: one address is one map write. With
+// --nodeport-addresses each NodePort is one exact entry per listed address
+// and there is no wildcard. --dump prints wildcard entries as "*:port" and
+// the map as a last line, "local addresses (NodePorts on *): ...". A UDP
+// backend leaving a wildcard NodePort dooms {zero address, port, backend};
+// the socket iterator falls back to that key when the socket's exact
+// service address is not doomed.
 //
 // # Syncs are map updates
 //
@@ -130,7 +160,9 @@
 // plane is a prometheus.Collector the core registers:
 // nodenet_proxy_ebpf_map_entries{map} and _map_max_entries{map} per
 // ip_family, and nodenet_proxy_ebpf_skipped_entries_total{reason}
-// (map_full, conflict) for entry points a sync could not program.
+// (map_full, conflict) for entry points a sync could not program, and
+// nodenet_proxy_ebpf_tc_interface_changes_total{change} (see "Choosing the
+// tc interfaces").
 //
 // # Tests
 //
@@ -230,12 +262,25 @@
 // refused) are TestTCPodReachesETPLocalElsewhere (IPv4 and IPv6), tc on
 // c0 and p1.
 //
-// Not on the tc path: wildcard NodePorts (the entry points are the node's
-// addresses from its Node object, as for the socket programs), IPv6
-// extension headers before TCP/UDP, IPv4 options on a refused packet (it
-// is dropped instead), SCTP.
+// IPv6 extension headers: tc_in6 walks up to six (MAX_EXT_HDRS)
+// hop-by-hop, routing and destination-options headers, and a fragment
+// header of a first fragment, to the TCP/UDP ports; the kernel's NAT then
+// translates the flow with the headers in place, both ways (it finds the
+// transport header itself). Later fragments carry no ports and pass:
+// conntrack reassembles the datagram before NAT, under the entry the first
+// fragment's flow made (as for IPv4). Past six headers, or behind AH/ESP
+// or an unknown header, a packet passes untranslated. A refused TCP
+// connection's reset is built without the client's extension headers
+// (cut out with bpf_skb_adjust_room). TestTCIPv6ExtensionHeaders: a client
+// socket with IPV6_DSTOPTS reaches an IPv6 NodePort (TCP with data both
+// ways, UDP) and is reset at once without endpoints.
 //
-// # Choosing the tc interfaces (tcauto.go)
+// Not on the tc path: a refused packet with IPv4 options, or a refused
+// UDP datagram with IPv6 extension headers, is dropped instead of answered
+// (an ICMP error would have to quote them, and the UDP header behind, for
+// the client to match it to its socket); SCTP.
+//
+// # Choosing the tc interfaces (tcauto.go, tcfollow.go)
 //
 // --bpf-tc-interfaces=auto (AutoInterfaces, what the DaemonSet manifest
 // passes) lets one manifest serve nodes whose NICs are named differently:
@@ -244,9 +289,19 @@
 // local address in --nodeport-addresses' CIDRs (SelectInterfaces), never
 // the loopback, the CNI bridge (cni0), flannel's devices or pod veths
 // (veth*). The interface is found by what it holds, not by its kind: the
-// local cluster's node link is a veth called eth0. The choice is made
-// once; a link that gets a node address later is not translated until
-// the proxy restarts. No link matching is an error at start.
+// local cluster's node link is a veth called eth0. No link matching is
+// an error at start. The choice then follows the node (Config.FollowNode):
+// after each burst of address changes in the namespace (the subscription
+// that keeps local_addrs) the links are listed and chosen again; a link
+// that gained a node address (or one in --nodeport-addresses' CIDRs) gets
+// the program, its SNAT address and a pinned link like the others, one
+// that lost it or went away is unpinned (which detaches it) and its SNAT
+// address forgotten, and a kept one's SNAT address is rewritten. Each
+// change is logged and counted in
+// nodenet_proxy_ebpf_tc_interface_changes_total{change=attached|detached}.
+// The Node object's addresses are read at start only (a new InternalIP
+// counts after a restart). An explicit --bpf-tc-interfaces list stays as
+// given.
 //
 // # The local cluster
 //

@@ -2,6 +2,7 @@ package ebpf
 
 import (
 	"fmt"
+	"net/netip"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -41,7 +42,7 @@ func dump(f proxy.Family, services table[svcKey, svcValue], backends table[backe
 	var lines []string
 	for k, v := range svcs {
 		var b strings.Builder
-		fmt.Fprintf(&b, "%s %s%s", protoNames[k.Proto], netipAddrPort(k.Addr, k.Port, f), scopeSuffix(k))
+		fmt.Fprintf(&b, "%s %s%s", protoNames[k.Proto], entryAddr(k, f), scopeSuffix(k))
 		if v.Flags&flagAffinity != 0 {
 			fmt.Fprintf(&b, " affinity=%v", time.Duration(v.Affinity)*time.Second)
 		}
@@ -71,10 +72,30 @@ func (d *DataPlane) Dump() (string, error) {
 	if d.state == nil {
 		return "", fmt.Errorf("%s data plane not loaded yet", d.cfg.Family)
 	}
-	return dump(d.cfg.Family, d.state.services, d.state.backends)
+	out, err := dump(d.cfg.Family, d.state.services, d.state.backends)
+	if err != nil {
+		return "", err
+	}
+	return withLocalAddrs(out, d.local.addrs()), nil
 }
 
-// DumpPinned shows the service table pinned in pinDir (one family's
+// withLocalAddrs appends the addresses wildcard NodePorts ("*:port" lines)
+// answer on to a dump:
+//
+//	local addresses (NodePorts on *): 192.168.1.10 10.0.0.5
+func withLocalAddrs(table string, addrs []netip.Addr) string {
+	var b strings.Builder
+	b.WriteString("local addresses (NodePorts on *):")
+	for _, a := range addrs {
+		fmt.Fprintf(&b, " %s", a)
+	}
+	if table == "" {
+		return b.String()
+	}
+	return table + "\n" + b.String()
+}
+
+// DumpPinned shows the service table and the local addresses pinned in pinDir (one family's
 // directory, FamilyPinDir) without loading anything: what `nodenet proxy
 // --proxy-mode ebpf --dump` prints while a proxy runs, or after it exited.
 func DumpPinned(pinDir string, f proxy.Family) (string, error) {
@@ -95,5 +116,22 @@ func DumpPinned(pinDir string, f proxy.Family) (string, error) {
 		return "", err
 	}
 	defer bes.Close()
-	return dump(f, kernelTable[svcKey, svcValue]{svcs}, kernelTable[backendKey, addrPort]{bes})
+	out, err := dump(f, kernelTable[svcKey, svcValue]{svcs}, kernelTable[backendKey, addrPort]{bes})
+	if err != nil {
+		return "", err
+	}
+	local, err := open(socklbMapLocalAddrs)
+	if err != nil {
+		return "", err
+	}
+	defer local.Close()
+	all, err := kernelTable[localAddr, uint8]{local}.All()
+	if err != nil {
+		return "", err
+	}
+	set := make(map[localAddr]bool, len(all))
+	for k := range all {
+		set[k] = true
+	}
+	return withLocalAddrs(out, sortedAddrs(set, f)), nil
 }

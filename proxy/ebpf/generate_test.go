@@ -102,10 +102,11 @@ func TestMapLayoutsMatchGoTypes(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkMapLayouts(t, spec, map[string][2]any{
-		socklbMapServices: {svcKey{}, svcValue{}},
-		socklbMapBackends: {backendKey{}, addrPort{}},
-		socklbMapReverse:  {socklbRevKey{}, addrPort{}},
-		socklbMapAffinity: {socklbAffKey{}, socklbAffValue{}},
+		socklbMapServices:   {svcKey{}, svcValue{}},
+		socklbMapBackends:   {backendKey{}, addrPort{}},
+		socklbMapReverse:    {socklbRevKey{}, addrPort{}},
+		socklbMapAffinity:   {socklbAffKey{}, socklbAffValue{}},
+		socklbMapLocalAddrs: {localAddr{}, uint8(0)},
 	})
 	dspec, err := loadSockdestroy()
 	if err != nil {

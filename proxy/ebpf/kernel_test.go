@@ -57,7 +57,8 @@ func newKernelEnv(t *testing.T) *kernelEnv {
 }
 
 func (k *kernelEnv) dataPlane(f proxy.Family) *DataPlane {
-	return New(Config{Family: f, Cgroup: k.cgroup, PinDir: filepath.Join(k.pins, familyDir(f)), Log: testapi.Logger()})
+	return New(Config{Family: f, Cgroup: k.cgroup, PinDir: filepath.Join(k.pins, familyDir(f)), Log: testapi.Logger(),
+		NetNS: k.Node.Path()})
 }
 
 // dial connects from the client namespace and reads who answered.

@@ -28,6 +28,11 @@ const (
 	scopeInside = 1
 )
 
+// scopeWildcard is SCOPE_WILDCARD in bpf/lbmaps.h: a NodePort on every
+// local address (NodePorts.All), its key's address zero; the programs take
+// it for a destination without an exact entry that local_addrs holds.
+const scopeWildcard = 2
+
 // clusterCIDRsID is CLUSTER_CIDRS_ID in bpf/lbmaps.h: the src_ranges id
 // listing the cluster CIDRs, which entry point ids (from 1) never take.
 const clusterCIDRsID = 0
@@ -95,8 +100,10 @@ type entry struct {
 
 // entries lists sp's entry points that socket-level load balancing serves:
 // the ClusterIP with the endpoints internal traffic uses; externalIPs, LB
-// IPs and the NodePort on the node's addresses with the external ones. An
-// unknown protocol yields none.
+// IPs and the NodePort with the external ones. The NodePort is one
+// wildcard entry (scopeWildcard) with NodePorts.All, which the programs
+// answer on every address in local_addrs (localaddrs.go), else one entry
+// per --nodeport-addresses address. An unknown protocol yields none.
 //
 // With externalTrafficPolicy Local (and internalTrafficPolicy Cluster) each
 // external entry point also gets an inside entry (scopeInside, flagInside
@@ -129,9 +136,15 @@ func entries(snap *proxy.Snapshot, sp *proxy.ServicePort) []entry {
 	for _, a := range sp.LoadBalancerIPs {
 		out = append(out, withSourceRanges(mk(a, sp.Port, external), snap.Family, sp.LoadBalancerSourceRanges))
 	}
-	if sp.NodePort != 0 {
-		for _, a := range nodePortAddrs(snap) {
-			out = append(out, mk(a, sp.NodePort, external))
+	if sp.NodePort != 0 && snap.NodePorts.All {
+		e := mk(netip.Addr{}, sp.NodePort, external)
+		e.key.Scope = scopeWildcard
+		out = append(out, e)
+	} else if sp.NodePort != 0 {
+		for _, a := range snap.NodePorts.Addrs {
+			if snap.Family.Contains(a) {
+				out = append(out, mk(a, sp.NodePort, external))
+			}
 		}
 	}
 	if !sp.ExternalPolicyLocal {
@@ -146,27 +159,10 @@ func entries(snap *proxy.Snapshot, sp *proxy.ServicePort) []entry {
 		// A pod's address is routable in the cluster: the inside entry
 		// keeps the source too, as iptables' -s clusterCIDR jump does.
 		in := out[i]
-		in.key.Scope = scopeInside
+		in.key.Scope |= scopeInside
 		in.backends = backendsOf(internal)
 		out[i].flags |= flagInside
 		out = append(out, in)
-	}
-	return out
-}
-
-// nodePortAddrs are the local addresses NodePorts answer on. With
-// NodePorts.All these are the node's own addresses from its Node object:
-// a socket hook sees a destination address, not a routing decision, so
-// "any local address" is approximated by the addresses the node reports.
-func nodePortAddrs(snap *proxy.Snapshot) []netip.Addr {
-	if snap.NodePorts.All {
-		return snap.Node.IPs
-	}
-	var out []netip.Addr
-	for _, a := range snap.NodePorts.Addrs {
-		if snap.Family.Contains(a) {
-			out = append(out, a)
-		}
 	}
 	return out
 }

@@ -22,7 +22,7 @@ const (
 // so the two families' data planes register side by side without their
 // descriptors colliding.
 type mapMetrics struct {
-	entries, maxEntries, skipped *prometheus.Desc
+	entries, maxEntries, skipped, tcChanges *prometheus.Desc
 }
 
 func newMapMetrics(f string) mapMetrics {
@@ -36,6 +36,9 @@ func newMapMetrics(f string) mapMetrics {
 		skipped: prometheus.NewDesc("nodenet_proxy_ebpf_skipped_entries_total",
 			"Service entry points (address, port, protocol) a sync could not program, by reason: map_full, conflict.",
 			[]string{"reason"}, fam),
+		tcChanges: prometheus.NewDesc("nodenet_proxy_ebpf_tc_interface_changes_total",
+			"Interfaces --bpf-tc-interfaces=auto attached the tc program to (a link gained a node address) or detached it from (the link lost its node addresses or went away) after the start, by change: attached, detached.",
+			[]string{"change"}, fam),
 	}
 }
 
@@ -44,16 +47,19 @@ func (d *DataPlane) Describe(ch chan<- *prometheus.Desc) {
 	ch <- d.metrics.entries
 	ch <- d.metrics.maxEntries
 	ch <- d.metrics.skipped
+	ch <- d.metrics.tcChanges
 }
 
 // Collect implements prometheus.Collector. Map sizes are served once the
-// maps are open and synced; the skip counters always.
+// maps are open and synced; the counters always.
 func (d *DataPlane) Collect(ch chan<- prometheus.Metric) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, reason := range []string{skipMapFull, skipConflict} {
 		ch <- prometheus.MustNewConstMetric(d.metrics.skipped, prometheus.CounterValue, float64(d.skipped[reason]), reason)
 	}
+	ch <- prometheus.MustNewConstMetric(d.metrics.tcChanges, prometheus.CounterValue, float64(d.tcChanges.attached.Load()), "attached")
+	ch <- prometheus.MustNewConstMetric(d.metrics.tcChanges, prometheus.CounterValue, float64(d.tcChanges.detached.Load()), "detached")
 	if d.state == nil || !d.synced {
 		return
 	}

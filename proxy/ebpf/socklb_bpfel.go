@@ -42,6 +42,11 @@ type socklbBackendKey struct {
 	Slot uint32
 }
 
+type socklbLocalAddr struct {
+	_    structs.HostLayout
+	Addr [4]uint32
+}
+
 type socklbRevKey struct {
 	_       structs.HostLayout
 	Cookie  uint64
@@ -71,6 +76,7 @@ type socklbSvcValue struct {
 const (
 	socklbMapAffinity      = "affinity"
 	socklbMapBackends      = "backends"
+	socklbMapLocalAddrs    = "local_addrs"
 	socklbMapReverse       = "reverse"
 	socklbMapServices      = "services"
 	socklbProgConnect4     = "connect4"
@@ -139,10 +145,11 @@ type socklbProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type socklbMapSpecs struct {
-	Affinity *ebpf.MapSpec `ebpf:"affinity"`
-	Backends *ebpf.MapSpec `ebpf:"backends"`
-	Reverse  *ebpf.MapSpec `ebpf:"reverse"`
-	Services *ebpf.MapSpec `ebpf:"services"`
+	Affinity   *ebpf.MapSpec `ebpf:"affinity"`
+	Backends   *ebpf.MapSpec `ebpf:"backends"`
+	LocalAddrs *ebpf.MapSpec `ebpf:"local_addrs"`
+	Reverse    *ebpf.MapSpec `ebpf:"reverse"`
+	Services   *ebpf.MapSpec `ebpf:"services"`
 }
 
 // socklbVariableSpecs contains global variables before they are loaded into the kernel.
@@ -171,16 +178,18 @@ func (o *socklbObjects) Close() error {
 //
 // It can be passed to loadSocklbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type socklbMaps struct {
-	Affinity *ebpf.Map `ebpf:"affinity"`
-	Backends *ebpf.Map `ebpf:"backends"`
-	Reverse  *ebpf.Map `ebpf:"reverse"`
-	Services *ebpf.Map `ebpf:"services"`
+	Affinity   *ebpf.Map `ebpf:"affinity"`
+	Backends   *ebpf.Map `ebpf:"backends"`
+	LocalAddrs *ebpf.Map `ebpf:"local_addrs"`
+	Reverse    *ebpf.Map `ebpf:"reverse"`
+	Services   *ebpf.Map `ebpf:"services"`
 }
 
 func (m *socklbMaps) Close() error {
 	return _SocklbClose(
 		m.Affinity,
 		m.Backends,
+		m.LocalAddrs,
 		m.Reverse,
 		m.Services,
 	)

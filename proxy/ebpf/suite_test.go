@@ -32,8 +32,13 @@ func TestKernelSuite(t *testing.T) {
 	nettest.RequirePrivileged(t)
 	nettest.SkipShort(t, "the real-kernel data-plane suite")
 	pins, cgroup := nettest.BPFFS(t), nettest.Cgroup(t)
-	newDP := func(t testing.TB, _ *nettest.NS, f proxy.Family) proxy.DataPlane {
-		return New(Config{Family: f, Cgroup: cgroup, PinDir: filepath.Join(pins, familyDir(f)), Log: testapi.Logger()})
+	// The node namespace's addresses are where wildcard NodePorts answer.
+	newDP := func(t testing.TB, node *nettest.NS, f proxy.Family) proxy.DataPlane {
+		cfg := Config{Family: f, Cgroup: cgroup, PinDir: filepath.Join(pins, familyDir(f)), Log: testapi.Logger()}
+		if node != nil {
+			cfg.NetNS = node.Path()
+		}
+		return New(cfg)
 	}
 	t.Cleanup(func() {
 		for _, f := range []proxy.Family{proxy.IPv4, proxy.IPv6} {

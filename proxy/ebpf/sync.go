@@ -363,12 +363,21 @@ func (s *state) keyString(k svcKey) string {
 			proto = p.Lower()
 		}
 	}
-	return fmt.Sprintf("%s/%s%s", netipAddrPort(k.Addr, k.Port, s.family), proto, scopeSuffix(k))
+	return fmt.Sprintf("%s/%s%s", entryAddr(k, s.family), proto, scopeSuffix(k))
+}
+
+// entryAddr shows k's address and port; a wildcard NodePort's address as
+// "*" (every local address).
+func entryAddr(k svcKey, f proxy.Family) string {
+	if k.Scope&scopeWildcard != 0 {
+		return fmt.Sprintf("*:%d", swapPort(k.Port))
+	}
+	return netipAddrPort(k.Addr, k.Port, f).String()
 }
 
 // scopeSuffix marks an inside entry (flagInside) in logs and dumps.
 func scopeSuffix(k svcKey) string {
-	if k.Scope == scopeInside {
+	if k.Scope&scopeInside != 0 {
 		return " (inside)"
 	}
 	return ""

@@ -120,19 +120,20 @@ func syncContract(t *testing.T, newT newTables) {
 		return res
 	}
 	res := sync(snap, pt.Full)
-	all := `tcp 10.96.0.10:80 -> 10.244.1.2:8080 10.244.2.2:8080
+	all := `tcp *:30080 (inside) -> 10.244.2.5:8080 10.244.1.5:8080
+tcp *:30080 -> 10.244.1.5:8080
+tcp 10.96.0.10:80 -> 10.244.1.2:8080 10.244.2.2:8080
 tcp 10.96.0.20:80 affinity=3h0m0s -> 10.244.2.9:8080
 tcp 10.96.0.30:80 -> 10.244.2.5:8080 10.244.1.5:8080
 tcp 10.96.0.99:80 -> refused
 tcp 192.0.2.7:80 (inside) -> 10.244.2.5:8080 10.244.1.5:8080
 tcp 192.0.2.7:80 -> 10.244.1.5:8080
-tcp 192.168.1.10:30080 (inside) -> 10.244.2.5:8080 10.244.1.5:8080
-tcp 192.168.1.10:30080 -> 10.244.1.5:8080
 tcp 198.51.100.1:80 (inside) -> 10.244.2.5:8080 10.244.1.5:8080
 tcp 198.51.100.1:80 -> 10.244.1.5:8080
 udp 10.96.0.53:53 -> 10.244.1.3:53`
 	// eTP Local's three external entry points each have an inside entry
-	// with both endpoints.
+	// with both endpoints. The NodePort (NodePorts.All) is one wildcard
+	// entry, whatever the node's addresses.
 	check("full sync", 11+15, all)
 	if res.Total != 11+15 {
 		t.Errorf("total %d, want 26", res.Total)
@@ -144,14 +145,14 @@ udp 10.96.0.53:53 -> 10.244.1.3:53`
 	snap2 := pt.Snapshot(proxy.IPv4, web2, dns, empty, sticky, ext)
 	snap2.Node.IPs = snap.Node.IPs
 	sync(snap2, pt.Changed(web.Name))
-	check("endpoint removed", 3, `tcp 10.96.0.10:80 -> 10.244.2.2:8080
+	check("endpoint removed", 3, `tcp *:30080 (inside) -> 10.244.2.5:8080 10.244.1.5:8080
+tcp *:30080 -> 10.244.1.5:8080
+tcp 10.96.0.10:80 -> 10.244.2.2:8080
 tcp 10.96.0.20:80 affinity=3h0m0s -> 10.244.2.9:8080
 tcp 10.96.0.30:80 -> 10.244.2.5:8080 10.244.1.5:8080
 tcp 10.96.0.99:80 -> refused
 tcp 192.0.2.7:80 (inside) -> 10.244.2.5:8080 10.244.1.5:8080
 tcp 192.0.2.7:80 -> 10.244.1.5:8080
-tcp 192.168.1.10:30080 (inside) -> 10.244.2.5:8080 10.244.1.5:8080
-tcp 192.168.1.10:30080 -> 10.244.1.5:8080
 tcp 198.51.100.1:80 (inside) -> 10.244.2.5:8080 10.244.1.5:8080
 tcp 198.51.100.1:80 -> 10.244.1.5:8080
 udp 10.96.0.53:53 -> 10.244.1.3:53`)

@@ -14,7 +14,6 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 
-	"github.com/nodenet/nodenet/internal/netnsutil"
 	"github.com/nodenet/nodenet/proxy"
 )
 
@@ -60,12 +59,7 @@ func (d *DataPlane) tcLinkPin(ifName string) string {
 }
 
 // inNetNS runs fn in Config.NetNS ("" is the process's own namespace).
-func (d *DataPlane) inNetNS(fn func() error) error {
-	if d.cfg.NetNS == "" {
-		return fn()
-	}
-	return netnsutil.Do(d.cfg.NetNS, fn)
-}
+func (d *DataPlane) inNetNS(fn func() error) error { return inNetNSPath(d.cfg.NetNS, fn) }
 
 // loadTC loads the tc program against the pinned maps (the socket
 // programs' collection created them), registers the NAT hooks, writes each
@@ -73,7 +67,7 @@ func (d *DataPlane) inNetNS(fn func() error) error {
 // Config.Interfaces, updating pinned links in place. It returns the tc
 // path's maps the sync writes.
 func (d *DataPlane) loadTC() (srcRanges *ebpf.Map, err error) {
-	if len(d.cfg.Interfaces) == 0 {
+	if len(d.cfg.Interfaces) == 0 && d.cfg.FollowNode == nil {
 		return nil, nil
 	}
 	spec, err := loadTcnat()
@@ -94,12 +88,22 @@ func (d *DataPlane) loadTC() (srcRanges *ebpf.Map, err error) {
 		}
 		return nil, fmt.Errorf("load BPF program %s with the maps pinned in %s: %w", name, d.cfg.PinDir, err)
 	}
+	attached := map[string]uint32{}
 	defer func() {
-		coll.Programs[name].Close()
+		// Following the node's interfaces attaches later: keep what that
+		// needs (tcfollow.go).
+		follow := err == nil && d.cfg.FollowNode != nil
+		if follow {
+			d.follow = &tcFollow{choice: *d.cfg.FollowNode, prog: coll.Programs[name], snat: coll.Maps[tcnatMapSnatAddrs],
+				ifaces: attached}
+		} else {
+			coll.Programs[name].Close()
+		}
 		for n, m := range coll.Maps {
-			if n != tcnatMapSrcRanges || err != nil {
-				m.Close()
+			if err == nil && (n == tcnatMapSrcRanges || follow && n == tcnatMapSnatAddrs) {
+				continue
 			}
+			m.Close()
 		}
 	}()
 	if err := d.inNetNS(func() error { return d.natHooks() }); err != nil {
@@ -107,9 +111,11 @@ func (d *DataPlane) loadTC() (srcRanges *ebpf.Map, err error) {
 	}
 	err = d.inNetNS(func() error {
 		for _, ifName := range d.cfg.Interfaces {
-			if err := d.attachTC(coll, ifName); err != nil {
+			idx, err := d.attachTCProg(coll.Programs[name], coll.Maps[tcnatMapSnatAddrs], ifName)
+			if err != nil {
 				return err
 			}
+			attached[ifName] = idx
 		}
 		return nil
 	})
@@ -145,24 +151,41 @@ func nft(script string) ([]byte, error) {
 	return cmd.CombinedOutput()
 }
 
-// attachTC writes ifName's SNAT address and attaches (or re-points) its
-// link. It runs in the interfaces' namespace: a TCX link names its
-// interface by index in the caller's namespace.
-func (d *DataPlane) attachTC(coll *ebpf.Collection, ifName string) error {
+// writeSNAT writes ifName's node address into snat_addrs; it returns the
+// interface's index.
+func (d *DataPlane) writeSNAT(snat *ebpf.Map, ifName string) (uint32, error) {
 	ifc, err := netlink.LinkByName(ifName)
 	if err != nil {
-		return fmt.Errorf("tc interface %s: %w", ifName, err)
+		return 0, fmt.Errorf("tc interface %s: %w", ifName, err)
 	}
 	idx := uint32(ifc.Attrs().Index)
 	addr, err := nodeAddr(ifc, d.cfg.Family)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	val := addrPort{Addr: addrWords(addr)}
-	if err := coll.Maps[tcnatMapSnatAddrs].Update(&idx, &val, ebpf.UpdateAny); err != nil {
-		return fmt.Errorf("write SNAT address of %s: %w", ifName, err)
+	if err := snat.Update(&idx, &val, ebpf.UpdateAny); err != nil {
+		return 0, fmt.Errorf("write SNAT address of %s: %w", ifName, err)
 	}
-	prog, pin := coll.Programs[tcProgs[d.cfg.Family]], d.tcLinkPin(ifName)
+	return idx, nil
+}
+
+// attachTCProg writes ifName's SNAT address and attaches (or re-points) its
+// link; it returns the interface's index. It runs in the interfaces'
+// namespace: a TCX link names its interface by index in the caller's
+// namespace.
+func (d *DataPlane) attachTCProg(prog *ebpf.Program, snat *ebpf.Map, ifName string) (uint32, error) {
+	idx, err := d.writeSNAT(snat, ifName)
+	if err != nil {
+		return 0, err
+	}
+	return idx, d.linkTC(prog, ifName, idx)
+}
+
+// linkTC attaches prog to ifName's (index idx) TCX ingress under its pin,
+// or re-points the pinned link.
+func (d *DataPlane) linkTC(prog *ebpf.Program, ifName string, idx uint32) error {
+	pin := d.tcLinkPin(ifName)
 	l, err := link.LoadPinnedLink(pin, nil)
 	switch {
 	case err == nil:
@@ -246,9 +269,9 @@ func unpinLink(pin string) error {
 	return nil
 }
 
-// tcIntact reports whether every configured interface's link pin exists.
+// tcIntact reports whether every attached interface's link pin exists.
 func (d *DataPlane) tcIntact() bool {
-	for _, ifName := range d.cfg.Interfaces {
+	for _, ifName := range d.tcInterfaces() {
 		if _, err := os.Stat(d.tcLinkPin(ifName)); err != nil {
 			return false
 		}

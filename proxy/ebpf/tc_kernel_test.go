@@ -219,20 +219,26 @@ func udpNodePort(t *testing.T, k *tcEnv) {
 	k.SetEndpoints(t, svc, proxytest.UDPPort, proxytest.Pod2)
 	addr := nodePortOf(proxytest.NodeIP, svc)
 	proxytest.Eventually(t, wait, "UDP NodePort "+addr, func() error {
-		c, err := proxytest.DialUDP(k.Client, addr)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		r, err := proxytest.AskUDP(c, time.Second)
-		if err != nil {
-			return err
-		}
-		if host, _, _ := net.SplitHostPort(r.Peer); r.Backend != "pod2" || host != proxytest.NodeIP {
-			return fmt.Errorf("answered by %s seeing %s", r.Backend, r.Peer)
-		}
-		return nil
+		return udpAnsweredBy(func() (net.Conn, error) { return proxytest.DialUDP(k.Client, addr) }, "pod2", proxytest.NodeIP)
 	})
+}
+
+// udpAnsweredBy opens a UDP socket with dial, asks once and checks who
+// answered and which source address the backend saw.
+func udpAnsweredBy(dial func() (net.Conn, error), backend, peer string) error {
+	c, err := dial()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	r, err := proxytest.AskUDP(c, time.Second)
+	if err != nil {
+		return err
+	}
+	if host, _, _ := net.SplitHostPort(r.Peer); r.Backend != backend || host != peer {
+		return fmt.Errorf("answered by %s seeing %s, want %s seeing %s", r.Backend, r.Peer, backend, peer)
+	}
+	return nil
 }
 
 // tcNoEndpointsIsRefused: a TCP reset and an ICMP port unreachable come

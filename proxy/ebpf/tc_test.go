@@ -25,7 +25,7 @@ func TestTCMapsMatchSocketLB(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{socklbMapServices, socklbMapBackends} {
+	for _, name := range []string{socklbMapServices, socklbMapBackends, socklbMapLocalAddrs} {
 		a, b := sock.Maps[name], tc.Maps[name]
 		if a.Type != b.Type || a.KeySize != b.KeySize || a.ValueSize != b.ValueSize || a.MaxEntries != b.MaxEntries ||
 			a.Flags != b.Flags || a.Pinning != b.Pinning {
@@ -33,10 +33,11 @@ func TestTCMapsMatchSocketLB(t *testing.T) {
 		}
 	}
 	for name, kv := range map[string][2]any{
-		tcnatMapServices:  {svcKey{}, svcValue{}},
-		tcnatMapBackends:  {backendKey{}, addrPort{}},
-		tcnatMapSrcRanges: {tcnatSrcKey{}, uint8(0)},
-		tcnatMapSnatAddrs: {uint32(0), addrPort{}},
+		tcnatMapServices:   {svcKey{}, svcValue{}},
+		tcnatMapBackends:   {backendKey{}, addrPort{}},
+		tcnatMapSrcRanges:  {tcnatSrcKey{}, uint8(0)},
+		tcnatMapSnatAddrs:  {uint32(0), addrPort{}},
+		tcnatMapLocalAddrs: {localAddr{}, uint8(0)},
 	} {
 		m := tc.Maps[name]
 		if err := sameLayout(m.Key, reflect.TypeOf(kv[0])); err != nil {
@@ -67,12 +68,12 @@ func TestExternalEntryFlags(t *testing.T) {
 		flags  uint32
 		ranges []netip.Prefix
 	}{
-		"10.96.0.30:80/tcp":               {0, nil},
-		"192.0.2.7:80/tcp":                {flagKeepSource | flagInside, nil},
-		"192.0.2.7:80/tcp (inside)":       {flagKeepSource, nil},
-		"192.168.1.10:30080/tcp":          {flagKeepSource | flagInside, nil},
-		"192.168.1.10:30080/tcp (inside)": {flagKeepSource, nil},
-		"198.51.100.1:80/tcp":             {flagKeepSource | flagSrcRanges | flagInside, ranges},
+		"10.96.0.30:80/tcp":         {0, nil},
+		"192.0.2.7:80/tcp":          {flagKeepSource | flagInside, nil},
+		"192.0.2.7:80/tcp (inside)": {flagKeepSource, nil},
+		"*:30080/tcp":               {flagKeepSource | flagInside, nil},
+		"*:30080/tcp (inside)":      {flagKeepSource, nil},
+		"198.51.100.1:80/tcp":       {flagKeepSource | flagSrcRanges | flagInside, ranges},
 		// Pods are held to loadBalancerSourceRanges as well.
 		"198.51.100.1:80/tcp (inside)": {flagKeepSource | flagSrcRanges, ranges},
 	} {

@@ -2,12 +2,9 @@ package ebpf
 
 import (
 	"fmt"
-	"net"
 	"net/netip"
 	"slices"
 	"strings"
-
-	"github.com/vishvananda/netlink"
 )
 
 // AutoInterfaces is the Config.Interfaces word (--bpf-tc-interfaces=auto)
@@ -48,28 +45,13 @@ func SelectInterfaces(links []LinkAddrs, nodeAddrs []netip.Addr) []string {
 }
 
 // NodeInterfaces chooses the tc interfaces of this network namespace for
-// the node's addresses (SelectInterfaces). It reads the links once: the
-// choice is made when the proxy starts, and a link added later with a
-// node address needs a restart of the proxy to be translated.
+// the node's addresses (SelectInterfaces): the choice at start. The data
+// plane then keeps it current as addresses come and go
+// (Config.FollowNode, tcfollow.go).
 func NodeInterfaces(nodeAddrs []netip.Addr) ([]string, error) {
-	links, err := netlink.LinkList()
+	all, err := listLinkAddrs()
 	if err != nil {
-		return nil, fmt.Errorf("choose tc interfaces: list links: %w", err)
-	}
-	var all []LinkAddrs
-	for _, l := range links {
-		attrs := l.Attrs()
-		addrs, err := netlink.AddrList(l, netlink.FAMILY_ALL)
-		if err != nil {
-			return nil, fmt.Errorf("choose tc interfaces: addresses of %s: %w", attrs.Name, err)
-		}
-		la := LinkAddrs{Name: attrs.Name, Loopback: attrs.Flags&net.FlagLoopback != 0}
-		for _, a := range addrs {
-			if ip, ok := netip.AddrFromSlice(a.IP); ok {
-				la.Addrs = append(la.Addrs, ip.Unmap())
-			}
-		}
-		all = append(all, la)
+		return nil, fmt.Errorf("choose tc interfaces: %w", err)
 	}
 	chosen := SelectInterfaces(all, nodeAddrs)
 	if len(chosen) == 0 {

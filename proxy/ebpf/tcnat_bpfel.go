@@ -41,6 +41,11 @@ type tcnatClientKey struct {
 	Id   uint32
 }
 
+type tcnatLocalAddr struct {
+	_    structs.HostLayout
+	Addr [4]uint32
+}
+
 type tcnatSrcKey struct {
 	_         structs.HostLayout
 	Prefixlen uint32
@@ -70,6 +75,7 @@ type tcnatSvcValue struct {
 const (
 	tcnatMapBackends       = "backends"
 	tcnatMapClientAffinity = "client_affinity"
+	tcnatMapLocalAddrs     = "local_addrs"
 	tcnatMapServices       = "services"
 	tcnatMapSnatAddrs      = "snat_addrs"
 	tcnatMapSrcRanges      = "src_ranges"
@@ -129,6 +135,7 @@ type tcnatProgramSpecs struct {
 type tcnatMapSpecs struct {
 	Backends       *ebpf.MapSpec `ebpf:"backends"`
 	ClientAffinity *ebpf.MapSpec `ebpf:"client_affinity"`
+	LocalAddrs     *ebpf.MapSpec `ebpf:"local_addrs"`
 	Services       *ebpf.MapSpec `ebpf:"services"`
 	SnatAddrs      *ebpf.MapSpec `ebpf:"snat_addrs"`
 	SrcRanges      *ebpf.MapSpec `ebpf:"src_ranges"`
@@ -162,6 +169,7 @@ func (o *tcnatObjects) Close() error {
 type tcnatMaps struct {
 	Backends       *ebpf.Map `ebpf:"backends"`
 	ClientAffinity *ebpf.Map `ebpf:"client_affinity"`
+	LocalAddrs     *ebpf.Map `ebpf:"local_addrs"`
 	Services       *ebpf.Map `ebpf:"services"`
 	SnatAddrs      *ebpf.Map `ebpf:"snat_addrs"`
 	SrcRanges      *ebpf.Map `ebpf:"src_ranges"`
@@ -171,6 +179,7 @@ func (m *tcnatMaps) Close() error {
 	return _TcnatClose(
 		m.Backends,
 		m.ClientAffinity,
+		m.LocalAddrs,
 		m.Services,
 		m.SnatAddrs,
 		m.SrcRanges,

@@ -68,7 +68,7 @@ func Run(ctx context.Context, args []string) error {
 	fs.DurationVar(&ipvsCfg.Timeouts.UDP, "ipvs-udp-timeout", 0, "ipvs mode: timeout of IPVS UDP flows (0 = leave the kernel's)")
 	fs.StringVar(&eb.pinRoot, "bpf-pin-dir", ebpf.DefaultPinRoot, "ebpf mode: directory on a bpf filesystem for the pinned maps and links (ipv4/, ipv6/ below it)")
 	fs.StringVar(&eb.cgroup, "cgroup-path", "", "ebpf mode: cgroup v2 directory whose processes' sockets are load-balanced (default: the cgroup v2 root, every process of the host)")
-	fs.Var(&eb.tcInterfaces, "bpf-tc-interfaces", "ebpf mode: the node's external interfaces (comma-separated), where a TCX program translates NodePort, externalIP, LoadBalancer and ClusterIP traffic arriving from other hosts; \"auto\": those holding the node's addresses (its Node's InternalIP and ExternalIP, and the local addresses in --nodeport-addresses' CIDRs), chosen at start (default: none: only traffic from this host's sockets is load-balanced)")
+	fs.Var(&eb.tcInterfaces, "bpf-tc-interfaces", "ebpf mode: the node's external interfaces (comma-separated), where a TCX program translates NodePort, externalIP, LoadBalancer and ClusterIP traffic arriving from other hosts; \"auto\": those holding the node's addresses (its Node's InternalIP and ExternalIP, and the local addresses in --nodeport-addresses' CIDRs), chosen at start and followed while the proxy runs: a link that gains such an address is attached, one that loses it or goes away detached (default: none: only traffic from this host's sockets is load-balanced)")
 	fs.BoolVar(&dump, "dump", false, "ebpf mode: print the pinned service and backend tables and exit")
 	logs.Register(fs)
 	if err := fs.Parse(args); err != nil {
@@ -111,10 +111,10 @@ func Run(ctx context.Context, args []string) error {
 		return err
 	}
 	if o.Mode == "ebpf" && eb.tcAuto() {
-		if eb.tcInterfaces, err = autoTCInterfaces(ctx, client, o.Core.NodeName, o.Core.NodePortAddresses); err != nil {
+		if eb.tcInterfaces, eb.follow, err = autoTCInterfaces(ctx, client, o.Core.NodeName, o.Core.NodePortAddresses); err != nil {
 			return fmt.Errorf("--bpf-tc-interfaces=%s: %w", ebpf.AutoInterfaces, err)
 		}
-		log.Info("tc interfaces chosen for the node's addresses", "interfaces", eb.tcInterfaces)
+		log.Info("tc interfaces chosen for the node's addresses (followed as addresses change)", "interfaces", eb.tcInterfaces)
 		modes = modesFor(log, eb, ipvsCfg)
 	}
 	return app.Run(ctx, o, modes, client)
@@ -182,7 +182,7 @@ func modesFor(log *slog.Logger, eb ebpfFlags, ipvsCfg ipvs.Config) app.Modes {
 					return nil, err
 				}
 				return ebpf.New(ebpf.Config{Family: f, Cgroup: cg, RootCgroupOK: true,
-					PinDir: ebpf.FamilyPinDir(eb.root(), f), Log: log, Interfaces: eb.tcInterfaces}), nil
+					PinDir: ebpf.FamilyPinDir(eb.root(), f), Log: log, Interfaces: eb.tcInterfaces, FollowNode: eb.follow}), nil
 			},
 			Cleanup: func(ctx context.Context, f proxy.Family) error {
 				if err := ebpf.New(ebpf.Config{Family: f, PinDir: ebpf.FamilyPinDir(eb.root(), f), Log: log}).Cleanup(ctx); err != nil {
@@ -202,6 +202,9 @@ type ebpfFlags struct {
 	pinRoot, cgroup string
 	// tcInterfaces get the tc path (proxy/ebpf's Config.Interfaces).
 	tcInterfaces cli.StringList
+	// follow is what --bpf-tc-interfaces=auto keeps choosing by once the
+	// proxy runs (Config.FollowNode); nil for an explicit list.
+	follow *ebpf.NodeAddrChoice
 }
 
 // tcAuto reports --bpf-tc-interfaces=auto.
@@ -215,11 +218,12 @@ func (eb ebpfFlags) validate() error {
 }
 
 // autoTCInterfaces chooses the tc interfaces of --bpf-tc-interfaces=auto:
-// the links holding the node's addresses. The Node is listed by name (the
+// the links holding the node's addresses; the choice it returns is what
+// the data plane keeps following as addresses change. The Node is listed by name (the
 // proxy's role may list and watch nodes, as kube-proxy's, not get them)
 // and waited for 20s: the proxy may start before its agent registered it,
 // and its liveness probe is not served until the data plane runs.
-func autoTCInterfaces(ctx context.Context, client kubernetes.Interface, nodeName string, npa proxy.NodePortAddresses) ([]string, error) {
+func autoTCInterfaces(ctx context.Context, client kubernetes.Interface, nodeName string, npa proxy.NodePortAddresses) ([]string, *ebpf.NodeAddrChoice, error) {
 	var node *corev1.Node
 	var last error
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 20*time.Second, true, func(ctx context.Context) (bool, error) {
@@ -236,13 +240,17 @@ func autoTCInterfaces(ctx context.Context, client kubernetes.Interface, nodeName
 		return false, nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read Node %s for its addresses: %w", nodeName, errors.Join(err, last))
+		return nil, nil, fmt.Errorf("read Node %s for its addresses: %w", nodeName, errors.Join(err, last))
 	}
 	local, err := localAddrs()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return ebpf.NodeInterfaces(tcNodeAddrs(node, npa, local))
+	ifaces, err := ebpf.NodeInterfaces(tcNodeAddrs(node, npa, local))
+	if err != nil {
+		return nil, nil, err
+	}
+	return ifaces, &ebpf.NodeAddrChoice{NodeAddrs: tcNodeAddrs(node, proxy.NodePortAddresses{}, nil), CIDRs: npa.CIDRs}, nil
 }
 
 // tcNodeAddrs are the addresses whose interfaces get the tc path: the

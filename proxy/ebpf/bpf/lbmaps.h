@@ -18,9 +18,15 @@
 // SCOPE_INSIDE. Only flagged entries cost the second lookup.
 #define SVC_INSIDE 8
 
-// svc_key.scope: which traffic an entry serves.
+// svc_key.scope: which traffic an entry serves, and how its address is
+// matched (bits).
 #define SCOPE_ANY 0    // every client (the only scope of most entries)
 #define SCOPE_INSIDE 1 // clients inside the cluster, for entries with SVC_INSIDE
+// A NodePort on every local address (no --nodeport-addresses): addr is
+// zero, and the entry answers a destination that has no exact entry and is
+// in local_addrs. A bit of its own, so no lookup of an exact destination
+// (0.0.0.0 included, which connect() takes for "this host") can hit it.
+#define SCOPE_WILDCARD 2
 
 // src_ranges id holding the cluster CIDRs (tc path): entry point ids start
 // at 1, so 0 is free.
@@ -68,6 +74,52 @@ struct {
 	__type(value, struct addrport);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } backends SEC(".maps");
+
+// The node namespace's own addresses (loopback excepted, as the nftables
+// mode's `fib daddr type local ... daddr != 127.0.0.0/8`): where wildcard
+// NodePorts answer. Kept by the Go side from the namespace's addresses and
+// an address subscription, so an address added or removed takes effect
+// without a services resync.
+struct local_addr {
+	__u32 addr[4];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, 4096);
+	__type(key, struct local_addr);
+	__type(value, __u8);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} local_addrs SEC(".maps");
+
+// find_svc looks the entry point key (scope SCOPE_ANY) up: its exact
+// entry, else, for a local destination, the port's wildcard NodePort.
+// *found is the key that matched (for the inside lookup, inside_of).
+static __always_inline struct svc_value *find_svc(const struct svc_key *key, struct svc_key *found)
+{
+	*found = *key;
+	struct svc_value *svc = bpf_map_lookup_elem(&services, found);
+	if (svc)
+		return svc;
+	struct local_addr la;
+	__builtin_memcpy(la.addr, key->addr, sizeof(la.addr));
+	if (!bpf_map_lookup_elem(&local_addrs, &la))
+		return NULL;
+	__builtin_memset(found->addr, 0, sizeof(found->addr));
+	found->scope = SCOPE_WILDCARD;
+	return bpf_map_lookup_elem(&services, found);
+}
+
+// inside_of is the inside entry of svc (found under *found), or svc itself
+// if it has none.
+static __always_inline struct svc_value *inside_of(struct svc_key *found, struct svc_value *svc)
+{
+	found->scope |= SCOPE_INSIDE;
+	struct svc_value *inside = bpf_map_lookup_elem(&services, found);
+	found->scope &= ~SCOPE_INSIDE;
+	return inside ? inside : svc;
+}
 
 static __always_inline int same_backend(const struct addrport *a, const struct addrport *b)
 {

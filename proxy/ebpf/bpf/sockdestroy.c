@@ -124,8 +124,16 @@ int destroy_udp(struct bpf_iter__udp *ctx)
 	if (!vip)
 		return 0;
 	struct doomed_key dk = {.vip = *vip, .backend = rk.backend};
-	if (!bpf_map_lookup_elem(&doomed, &dk))
-		return 0;
+	if (!bpf_map_lookup_elem(&doomed, &dk)) {
+		// A wildcard NodePort's pairs carry the zero address: the socket
+		// asked for one of the node's addresses, which the reverse entry
+		// holds. (A ClusterIP or external address with the NodePort's
+		// number and the same removed backend would match too: a socket
+		// closed early, which the application survives by reconnecting.)
+		__builtin_memset(dk.vip.addr, 0, sizeof(dk.vip.addr));
+		if (!bpf_map_lookup_elem(&doomed, &dk))
+			return 0;
+	}
 	if (bpf_sock_destroy((struct sock_common *)sk) == 0) {
 		__u32 zero = 0;
 		__u64 *n = bpf_map_lookup_elem(&destroyed, &zero);

@@ -115,24 +115,21 @@ static __always_inline struct addrport *pick(struct bpf_sock_addr *ctx, const st
 enum { PASS, REFUSE, REWRITE };
 
 // translate looks key (address set by the caller) up. On REWRITE *out is the
-// backend and the reverse entry for this socket is written.
+// backend and the reverse entry for this socket is written with the
+// address the socket asked for (a wildcard NodePort's too).
 static __always_inline int translate(struct bpf_sock_addr *ctx, struct svc_key *key, struct addrport *out)
 {
 	key->port = (__u16)ctx->user_port;
 	key->proto = (__u8)ctx->protocol;
-	struct svc_value *svc = bpf_map_lookup_elem(&services, key);
+	struct svc_key found;
+	struct svc_value *svc = find_svc(key, &found);
 	if (!svc)
 		return PASS;
-	if (svc->flags & SVC_INSIDE) {
-		// Every socket these hooks see is this node's (a pod's or the
-		// host's): inside traffic, which the other modes send to the
-		// cluster-wide endpoints of an eTP=Local entry point.
-		key->scope = SCOPE_INSIDE;
-		struct svc_value *inside = bpf_map_lookup_elem(&services, key);
-		key->scope = SCOPE_ANY;
-		if (inside)
-			svc = inside;
-	}
+	// Every socket these hooks see is this node's (a pod's or the host's):
+	// inside traffic, which the other modes send to the cluster-wide
+	// endpoints of an eTP=Local entry point.
+	if (svc->flags & SVC_INSIDE)
+		svc = inside_of(&found, svc);
 	if (svc->count == 0)
 		return REFUSE;
 	struct addrport *be = pick(ctx, svc);

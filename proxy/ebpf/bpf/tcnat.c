@@ -26,6 +26,7 @@
 #include <linux/if_ether.h>
 #include <linux/ip.h>
 #include <linux/ipv6.h>
+#include <linux/in6.h>
 #include <linux/icmpv6.h>
 #include <linux/tcp.h>
 #include <linux/udp.h>
@@ -305,6 +306,18 @@ static __always_inline int refuse(struct __sk_buff *skb, struct flow *f)
 {
 	int l4len;
 	__u8 proto = f->proto;
+	if (proto == IPPROTO_TCP && f->v6 && f->l3len > sizeof(struct ipv6hdr)) {
+		// The reset carries none of the client's extension headers: cut
+		// them out, so the TCP header follows the fixed header that is
+		// rewritten below. (A UDP datagram's ICMPv6 error must quote them,
+		// with the UDP header behind, for the client to match it to its
+		// socket; that quote is not built here: such a datagram is
+		// dropped, like an IPv4 one with options.)
+		if (bpf_skb_adjust_room(skb, -(__s32)(f->l3len - sizeof(struct ipv6hdr)), BPF_ADJ_ROOM_NET, 0))
+			return TC_ACT_SHOT;
+		f->l3len = sizeof(struct ipv6hdr);
+		f->l4off = ETH_HLEN + sizeof(struct ipv6hdr);
+	}
 	if (proto == IPPROTO_TCP)
 		l4len = reset(skb, f);
 	else if (f->v6) {
@@ -357,17 +370,14 @@ static __always_inline int nat(struct __sk_buff *skb, struct flow *f, struct bpf
 {
 	struct svc_key key = {.port = f->dport, .proto = f->proto};
 	__builtin_memcpy(key.addr, f->daddr, sizeof(key.addr));
-	struct svc_value *svc = bpf_map_lookup_elem(&services, &key);
+	struct svc_key found;
+	struct svc_value *svc = find_svc(&key, &found);
 	if (!svc)
 		return NEXT;
-	if ((svc->flags & SVC_INSIDE) && from_cluster(f)) {
-		// A pod (of this node or another) reaching an eTP=Local entry
-		// point: the cluster-wide endpoints, as for socket LB.
-		key.scope = SCOPE_INSIDE;
-		struct svc_value *inside = bpf_map_lookup_elem(&services, &key);
-		if (inside)
-			svc = inside;
-	}
+	// A pod (of this node or another) reaching an eTP=Local entry point:
+	// the cluster-wide endpoints, as for socket LB.
+	if ((svc->flags & SVC_INSIDE) && from_cluster(f))
+		svc = inside_of(&found, svc);
 	struct bpf_ct_opts opts = {.netns_id = BPF_F_CURRENT_NETNS, .l4proto = f->proto};
 	struct nf_conn *ct = bpf_skb_ct_lookup(skb, tup, tuplen, &opts, sizeof(opts));
 	if (ct) {
@@ -443,6 +453,58 @@ int tc_in4(struct __sk_buff *skb)
 	return nat(skb, &f, &tup, sizeof(tup.ipv4));
 }
 
+// At most this many IPv6 extension headers are walked to find TCP/UDP: a
+// packet with more (none that RFC 8200's recommended order produces) is
+// passed untranslated.
+#define MAX_EXT_HDRS 6
+
+struct ipv6_frag {
+	__u8 nexthdr;
+	__u8 reserved;
+	__be16 frag_off; // offset in 8-byte units << 3 | flags
+	__be32 id;
+};
+
+// skip_ext6 walks the extension headers from *off (nexthdr *proto):
+// hop-by-hop, routing and destination options are skipped by their
+// length; a fragment header is skipped on a first fragment, whose
+// TCP/UDP header follows it (conntrack reassembles the datagram before
+// NAT, under the entry the first fragment's flow made, as for IPv4). A
+// later fragment, an unknown header (AH, ESP, ...) or too many leave
+// *proto at something else than TCP/UDP: the packet is passed.
+static __always_inline void skip_ext6(struct __sk_buff *skb, __u8 *proto, __u32 *off)
+{
+#pragma unroll
+	for (int i = 0; i < MAX_EXT_HDRS; i++) {
+		switch (*proto) {
+		case IPPROTO_HOPOPTS:
+		case IPPROTO_ROUTING:
+		case IPPROTO_DSTOPTS: {
+			__u8 h[2]; // next header, length in 8 bytes after the first 8
+			if (bpf_skb_load_bytes(skb, *off, h, sizeof(h))) {
+				*proto = IPPROTO_NONE;
+				return;
+			}
+			*proto = h[0];
+			*off += ((__u32)h[1] + 1) * 8;
+			break;
+		}
+		case IPPROTO_FRAGMENT: {
+			struct ipv6_frag fh;
+			if (bpf_skb_load_bytes(skb, *off, &fh, sizeof(fh)) || (fh.frag_off & bpf_htons(0xfff8))) {
+				*proto = IPPROTO_NONE; // a later fragment carries no ports
+				return;
+			}
+			*proto = fh.nexthdr;
+			*off += sizeof(fh);
+			break;
+		}
+		default:
+			return;
+		}
+	}
+}
+
 SEC("tc")
 int tc_in6(struct __sk_buff *skb)
 {
@@ -451,14 +513,21 @@ int tc_in6(struct __sk_buff *skb)
 	struct ipv6hdr ip;
 	if (bpf_skb_load_bytes(skb, ETH_HLEN, &ip, sizeof(ip)))
 		return NEXT;
-	// Extension headers are not walked: a flow to an entry point starts
-	// with TCP or UDP right after the fixed header.
-	if (ip.nexthdr != IPPROTO_TCP && ip.nexthdr != IPPROTO_UDP)
+	// The kernel's NAT translates the flow with the extension headers in
+	// place (it finds the transport header the same way); the program only
+	// needs the ports.
+	__u8 proto = ip.nexthdr;
+	__u32 off = ETH_HLEN + sizeof(ip);
+	skip_ext6(skb, &proto, &off);
+	if (proto != IPPROTO_TCP && proto != IPPROTO_UDP)
 		return NEXT;
-	struct flow f = {.proto = ip.nexthdr, .v6 = 1, .l3len = sizeof(ip), .l4off = ETH_HLEN + sizeof(ip)};
+	__u32 l3len = off - ETH_HLEN;
+	if (bpf_ntohs(ip.payload_len) + sizeof(ip) < l3len)
+		return NEXT;
+	struct flow f = {.proto = proto, .v6 = 1, .l3len = l3len, .l4off = off};
 	__builtin_memcpy(f.saddr, &ip.saddr, 16);
 	__builtin_memcpy(f.daddr, &ip.daddr, 16);
-	f.payload = bpf_ntohs(ip.payload_len);
+	f.payload = bpf_ntohs(ip.payload_len) + sizeof(ip) - l3len;
 	if (ports(skb, &f))
 		return NEXT;
 	struct bpf_sock_tuple tup = {};
