@@ -123,8 +123,9 @@ func Open(netnsPath string) (*Netlink, error) {
 // Close closes the socket.
 func (n *Netlink) Close() error { return n.conn.Close() }
 
+// begin starts a message in n.w, after those already there (a request
+// of many writes); request starts a request of one message.
 func (n *Netlink) begin(family uint16, cmd uint8, flags uint16) {
-	n.w.Reset()
 	n.w.Begin(family, flags)
 	version := uint8(ipvsGenlVersion)
 	if family == genlIDCtrl {
@@ -133,8 +134,13 @@ func (n *Netlink) begin(family uint16, cmd uint8, flags uint16) {
 	n.w.Fixed([]byte{cmd, version, 0, 0})
 }
 
+func (n *Netlink) request(family uint16, cmd uint8, flags uint16) {
+	n.w.Reset()
+	n.begin(family, cmd, flags)
+}
+
 func (n *Netlink) resolveFamily() (uint16, error) {
-	n.begin(genlIDCtrl, ctrlCmdGetFamily, unix.NLM_F_ACK)
+	n.request(genlIDCtrl, ctrlCmdGetFamily, unix.NLM_F_ACK)
 	n.w.String(ctrlAttrFamilyName, ipvsFamilyName)
 	var id uint16
 	err := n.conn.Execute(&n.w, func(r nlmsg.Reply) error {
@@ -331,7 +337,7 @@ func (n *Netlink) Stats() NetlinkStats { return n.stats }
 
 // Service reads one virtual server.
 func (n *Netlink) Service(k ServiceKey) (Service, bool, error) {
-	n.begin(n.family, ipvsCmdGetService, 0)
+	n.request(n.family, ipvsCmdGetService, unix.NLM_F_ACK)
 	nest := n.w.Nest(ipvsCmdAttrService | unix.NLA_F_NESTED)
 	n.serviceKeyAttrs(k)
 	n.w.EndNest(nest)
@@ -358,7 +364,7 @@ func (n *Netlink) Service(k ServiceKey) (Service, bool, error) {
 // Services lists the virtual servers (those with a firewall mark instead
 // of an address are not nodenet's and are left out).
 func (n *Netlink) Services() ([]Service, error) {
-	n.begin(n.family, ipvsCmdGetService, unix.NLM_F_DUMP)
+	n.request(n.family, ipvsCmdGetService, unix.NLM_F_DUMP)
 	n.countDump(true)
 	bodies, err := n.conn.Dump(&n.w, n.family)
 	if err != nil {
@@ -483,7 +489,7 @@ func serviceOf(k ServiceKey) Service {
 // Destinations lists a virtual server's real servers with their
 // connection counts.
 func (n *Netlink) Destinations(k ServiceKey) ([]Destination, error) {
-	n.begin(n.family, ipvsCmdGetDest, unix.NLM_F_DUMP)
+	n.request(n.family, ipvsCmdGetDest, unix.NLM_F_DUMP)
 	nest := n.w.Nest(ipvsCmdAttrService | unix.NLA_F_NESTED)
 	n.serviceKeyAttrs(k)
 	n.w.EndNest(nest)
@@ -543,7 +549,7 @@ func (n *Netlink) countDump(services bool) {
 
 // Timeouts reads the connection timeouts.
 func (n *Netlink) Timeouts() (Timeouts, error) {
-	n.begin(n.family, ipvsCmdGetConfig, unix.NLM_F_ACK)
+	n.request(n.family, ipvsCmdGetConfig, unix.NLM_F_ACK)
 	var t Timeouts
 	err := n.conn.Execute(&n.w, func(r nlmsg.Reply) error {
 		attrs, err := nlmsg.ParseAttrs(genlBody(r.Data))
@@ -570,7 +576,7 @@ func (n *Netlink) SetTimeouts(t Timeouts) error {
 			return fmt.Errorf("set ipvs timeouts: %v is not a whole, non-negative number of seconds", v)
 		}
 	}
-	n.begin(n.family, ipvsCmdSetConfig, unix.NLM_F_ACK)
+	n.request(n.family, ipvsCmdSetConfig, unix.NLM_F_ACK)
 	n.w.Uint32(ipvsCmdAttrTCP, uint32(t.TCP/time.Second))
 	n.w.Uint32(ipvsCmdAttrTCPFin, uint32(t.TCPFin/time.Second))
 	n.w.Uint32(ipvsCmdAttrUDP, uint32(t.UDP/time.Second))
