@@ -71,9 +71,9 @@
 // sync counts the changed service ports' old entries out and their new
 // ones in and writes only what that changed, reading nothing back: nft
 // elements in one transaction (none, no nft run), VIPs over one route
-// netlink socket (64 to a request), and virtual and real servers up to
-// 256 to a generic netlink request (Handle.Apply), the acknowledgements
-// read per request. Its cost is that of the change, not of the number
+// netlink socket (additions 64 to a request), and virtual and real
+// servers up to 256 to a generic netlink request (Handle.Apply), the
+// acknowledgements read per request. Its cost is that of the change, not of the number
 // of services: TestPartialSyncCostIsTheChange counts it on the fake and
 // TestKernelPartialSyncRequests on the kernel. The node's addresses
 // (NodePorts on every address) are read again only by a partial sync
