@@ -111,9 +111,9 @@
 //
 // Tests: the fake-backed unit and golden tests (testdata/golden-*.ipvs)
 // run anywhere; TestInVM boots Debian's kernel under qemu (package vmtest)
-// and runs the contract and traffic tests there (about 35 s with warm
-// caches); TestInVMModeSwitch switches ipvs → iptables → nftables → ipvs
-// through the API server (proxytest.SwitchSuite: none of the old mode's
+// and runs the contract, traffic and partial-sync request-count tests
+// there (about 35 s with warm caches); TestInVMModeSwitch switches ipvs →
+// iptables → nftables → ipvs through the API server (proxytest.SwitchSuite: none of the old mode's
 // state left, a ClusterIP answering under each), runs the ebpf mode's
 // Cleanup on the VM's kernel (the ebpf data plane itself needs a newer one
 // than 6.1) and checks that foreign virtual servers survive full syncs and
