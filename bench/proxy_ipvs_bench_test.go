@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nodenet/nodenet/internal/nettest"
+	"github.com/nodenet/nodenet/internal/testapi"
 	"github.com/nodenet/nodenet/proxy"
 	"github.com/nodenet/nodenet/proxy/ipvs"
 	"github.com/nodenet/nodenet/proxy/ipvs/vmtest"
@@ -117,7 +118,7 @@ func runProxyIPVSBench(b *testing.B, n int) {
 	}
 	defer h.Close()
 	host := ipvs.NetHost{Netns: topo.node.Path()}
-	p, sy := proxySyncs(b, ctx, n, func() proxy.DataPlane { return ipvs.New(proxy.IPv4, h, host, ipvs.Config{}, nil) })
+	p, sy := proxySyncs(b, ctx, n, func() proxy.DataPlane { return ipvs.New(proxy.IPv4, h, host, ipvs.Config{}, testapi.Logger()) })
 	rng := rand.New(rand.NewPCG(uint64(n), 7))
 	ch := Summarize(replaceEndpoints(b, ctx, p, n, rng))
 	co := Summarize(timeConnects(b, topo, n, rng))

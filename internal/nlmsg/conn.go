@@ -70,6 +70,20 @@ func (c *Conn) SetReceiveTimeout(d time.Duration) error {
 	return nil
 }
 
+// SetReceiveBuffer raises the socket's receive buffer to size bytes
+// beyond the system's limit (SO_RCVBUFFORCE, which needs CAP_NET_ADMIN):
+// a request of many messages gets all its acknowledgements queued before
+// the first is read, and those that do not fit are lost (ENOBUFS).
+func (c *Conn) SetReceiveBuffer(size int) error {
+	if c.fd < 0 {
+		return ErrClosed
+	}
+	if err := unix.SetsockoptInt(c.fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, size); err != nil {
+		return fmt.Errorf("netlink receive buffer: %w", err)
+	}
+	return nil
+}
+
 // Error is the kernel's refusal of one message of a request. It unwraps
 // to the errno, so errors.Is(err, unix.EEXIST) works.
 type Error struct {

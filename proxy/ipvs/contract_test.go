@@ -24,7 +24,7 @@ var vmModules = []string{"xfrm_user", "ip_vs", "ip_vs_rr", "ip_vs_sh", "ip_vs_mh
 // Debian's kernel, which has IPVS (this machine's has not): the handle's
 // contract and traffic through the proxier.
 func TestInVM(t *testing.T) {
-	vmtest.RunPackage(t, "^TestKernel(Contract|Traffic)$", vmModules...)
+	vmtest.RunPackage(t, "^TestKernel(Contract|Traffic|PartialSyncRequests)$", vmModules...)
 }
 
 // TestInVMSuite runs the shared real-kernel suite (which starts an API
@@ -138,6 +138,12 @@ func contract(t *testing.T, h Handle) {
 	}
 	step("delete d1", h.DeleteDestination(tcp.Key(), d1.Key()), nil)
 	step("delete d1 again", h.DeleteDestination(tcp.Key(), d1.Key()), unix.ENOENT)
+	if got, ok, err := h.Service(tcp.Key()); err != nil || !ok || got != tcp {
+		t.Fatalf("read %s: got %+v %v %v, want %+v", tcp, got, ok, err, tcp)
+	}
+	if _, ok, err := h.Service(ServiceKey{Addr: vip, Port: 82, Protocol: proxy.TCP}); err != nil || ok {
+		t.Fatalf("read a missing service: %v %v", ok, err)
+	}
 	step("delete service with a destination", h.DeleteService(tcp.Key()), nil)
 	step("delete dest of deleted", h.DeleteDestination(tcp.Key(), d2.Key()), unix.ESRCH)
 
@@ -153,6 +159,30 @@ func contract(t *testing.T, h Handle) {
 	if err := h.SetTimeouts(Timeouts{TCP: 1500 * time.Millisecond}); err == nil {
 		t.Fatal("a fractional timeout was accepted")
 	}
+	// Apply: many writes in order (a service, then its real servers);
+	// deleting what is gone counts as done; a failed write is reported
+	// and the writes after it are still made.
+	batch := Service{Addr: vip, Port: 8443, Protocol: proxy.TCP, Scheduler: "rr"}
+	gone := Destination{Addr: netip.MustParseAddr("10.244.9.9"), Port: 1, Weight: 1}
+	step("apply", h.Apply([]Op{
+		{Kind: OpAddService, Svc: batch},
+		{Kind: OpAddDestination, Svc: batch, Dest: d1},
+		{Kind: OpAddDestination, Svc: batch, Dest: d2},
+		{Kind: OpDeleteDestination, Svc: batch, Dest: gone},
+		{Kind: OpDeleteService, Svc: Service{Addr: vip, Port: 82, Protocol: proxy.TCP}},
+	}), nil)
+	d1.Weight = 0
+	step("apply with a failure", h.Apply([]Op{
+		{Kind: OpAddDestination, Svc: batch, Dest: d2},
+		{Kind: OpUpdateDestination, Svc: batch, Dest: d1},
+	}), unix.EEXIST)
+	dests, err = h.Destinations(batch.Key())
+	step("list applied dests", err, nil)
+	SortDestinations(dests)
+	if !reflect.DeepEqual(dests, []Destination{d1, d2}) {
+		t.Fatalf("after apply: got %+v, want %+v", dests, []Destination{d1, d2})
+	}
+	step("apply delete", h.Apply([]Op{{Kind: OpDeleteService, Svc: batch}}), nil)
 	for _, s := range []Service{udp, sctp6} {
 		step(fmt.Sprint("delete ", s), h.DeleteService(s.Key()), nil)
 	}

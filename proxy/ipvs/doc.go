@@ -63,14 +63,35 @@
 // finish and are deleted at once (the next datagram of a flow is
 // rescheduled: expire_nodest_conn), as kube-proxy does.
 //
-// Syncs: the virtual and real servers of the changed service ports only
-// (each compared with the kernel's, so a full sync over unchanged state
-// writes nothing; the VIPs are diffed against the last sync's, listed
-// from the kernel on full syncs); a full sync also deletes nodenet's
-// virtual servers that
-// no service wants — leftovers of services deleted while the proxy was
-// down. Cleanup removes nodenet's virtual servers, the table and the
-// device, from any process; on a kernel without IPVS only the rest.
+// Syncs are incremental. The proxier keeps what it wrote: the virtual
+// and real servers as the kernel holds them, the device's VIPs, and the
+// table's elements, each counted by the entry points that want it
+// (accounts: a VIP with several ports, or an endpoint's hairpin element
+// shared by services, goes only when no entry point wants it). A partial
+// sync counts the changed service ports' old entries out and their new
+// ones in and writes only what that changed, reading nothing back: nft
+// elements in one transaction (none, no nft run), VIPs over one route
+// netlink socket (additions 64 to a request), and virtual and real
+// servers up to 256 to a generic netlink request (Handle.Apply), the
+// acknowledgements read per request. Its cost is that of the change, not of the number
+// of services: TestPartialSyncCostIsTheChange counts it on the fake and
+// TestKernelPartialSyncRequests on the kernel. The node's addresses
+// (NodePorts on every address) are read again only by a partial sync
+// that writes a NodePort, and a change in them makes the sync a full
+// one. A full sync (the first, the core's periodic or after a failure)
+// lists the kernel's virtual servers, the real servers of those wanted
+// and the VIPs, rewrites the table in one transaction, deletes
+// nodenet's virtual servers that no service wants — leftovers of
+// services deleted while the proxy was down — and so refreshes the
+// memory. A write that fails makes the services of its sync's writes
+// unsure (the kernel goes on past a failed message of a request): the
+// next sync, partial or full, reads them back and rewrites the ports
+// that want them (TestFailedPartialWriteIsRepaired); a failed nft write
+// or VIP write makes the next sync rewrite the whole table or list the
+// VIPs. Each sync's phases are timed and logged at debug level ("ipvs
+// sync phases"). Cleanup removes nodenet's virtual servers, the table
+// and the device, from any process; on a kernel without IPVS only the
+// rest.
 //
 // Ownership: a virtual server is nodenet's when its address is on
 // nodenet-ipvs0 (ClusterIPs, externalIPs, LB IPs), or when it is a
@@ -90,9 +111,9 @@
 //
 // Tests: the fake-backed unit and golden tests (testdata/golden-*.ipvs)
 // run anywhere; TestInVM boots Debian's kernel under qemu (package vmtest)
-// and runs the contract and traffic tests there (about 35 s with warm
-// caches); TestInVMModeSwitch switches ipvs → iptables → nftables → ipvs
-// through the API server (proxytest.SwitchSuite: none of the old mode's
+// and runs the contract, traffic and partial-sync request-count tests
+// there (about 35 s with warm caches); TestInVMModeSwitch switches ipvs →
+// iptables → nftables → ipvs through the API server (proxytest.SwitchSuite: none of the old mode's
 // state left, a ClusterIP answering under each), runs the ebpf mode's
 // Cleanup on the VM's kernel (the ebpf data plane itself needs a newer one
 // than 6.1) and checks that foreign virtual servers survive full syncs and

@@ -2,6 +2,7 @@ package ipvs
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -29,6 +30,13 @@ type Fake struct {
 	// Calls counts the writes (add/update/delete), for tests that check a
 	// sync wrote nothing.
 	Calls int
+	// Requests counts what the kernel would see as requests: each
+	// single write, each Apply (one per 256 writes, as Netlink), each
+	// read and each dump; Dumps the listings of every service.
+	Requests, Dumps int
+	// FailAt, when set, picks writes of Apply that fail (tests of
+	// recovery from a failed sync).
+	FailAt func(Op) bool
 }
 
 type fakeService struct {
@@ -73,13 +81,25 @@ func (f *Fake) setService(s Service, add bool) error {
 }
 
 // AddService implements Handle.
-func (f *Fake) AddService(s Service) error { return f.setService(s, true) }
+func (f *Fake) AddService(s Service) error { f.request(); return f.setService(s, true) }
+
+// request counts one request.
+func (f *Fake) request() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.Requests++
+}
 
 // UpdateService implements Handle.
-func (f *Fake) UpdateService(s Service) error { return f.setService(s, false) }
+func (f *Fake) UpdateService(s Service) error { f.request(); return f.setService(s, false) }
 
 // DeleteService implements Handle.
 func (f *Fake) DeleteService(k ServiceKey) error {
+	f.request()
+	return f.deleteService(k)
+}
+
+func (f *Fake) deleteService(k ServiceKey) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.Calls++
@@ -94,6 +114,8 @@ func (f *Fake) DeleteService(k ServiceKey) error {
 func (f *Fake) Services() ([]Service, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.Requests++
+	f.Dumps++
 	out := make([]Service, 0, len(f.services))
 	for _, s := range f.services {
 		out = append(out, s.svc)
@@ -126,15 +148,24 @@ func (f *Fake) setDest(k ServiceKey, d Destination, add bool) error {
 }
 
 // AddDestination implements Handle.
-func (f *Fake) AddDestination(k ServiceKey, d Destination) error { return f.setDest(k, d, true) }
+func (f *Fake) AddDestination(k ServiceKey, d Destination) error {
+	f.request()
+	return f.setDest(k, d, true)
+}
 
 // UpdateDestination implements Handle.
 func (f *Fake) UpdateDestination(k ServiceKey, d Destination) error {
+	f.request()
 	return f.setDest(k, d, false)
 }
 
 // DeleteDestination implements Handle.
 func (f *Fake) DeleteDestination(k ServiceKey, ap netip.AddrPort) error {
+	f.request()
+	return f.deleteDestination(k, ap)
+}
+
+func (f *Fake) deleteDestination(k ServiceKey, ap netip.AddrPort) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.Calls++
@@ -154,6 +185,7 @@ func (f *Fake) DeleteDestination(k ServiceKey, ap netip.AddrPort) error {
 func (f *Fake) Destinations(k ServiceKey) ([]Destination, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.Requests++
 	s, ok := f.services[k]
 	if !ok {
 		return nil, nil
@@ -164,6 +196,62 @@ func (f *Fake) Destinations(k ServiceKey) ([]Destination, error) {
 	}
 	SortDestinations(out)
 	return out, nil
+}
+
+// Service implements Handle.
+func (f *Fake) Service(k ServiceKey) (Service, bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.Requests++
+	s, ok := f.services[k]
+	if !ok {
+		return Service{}, false, nil
+	}
+	return s.svc, true, nil
+}
+
+// Apply implements Handle: each op as its method would, going on past a
+// failure (so does the kernel within a request); deleting what is gone
+// counts as done. FailAt, when set, makes the write it matches fail
+// with EIO instead (a kernel that ran out of memory, say).
+func (f *Fake) Apply(ops []Op) error {
+	var first error
+	for i, op := range ops {
+		if i%256 == 0 {
+			f.request()
+		}
+		f.mu.Lock()
+		fail := f.FailAt != nil && f.FailAt(op)
+		f.mu.Unlock()
+		var err error
+		k := op.Svc.Key()
+		switch {
+		case fail:
+			err = fmt.Errorf("%s: %w", op, unix.EIO)
+		case op.Kind == OpAddService:
+			err = f.setService(op.Svc, true)
+		case op.Kind == OpUpdateService:
+			err = f.setService(op.Svc, false)
+		case op.Kind == OpDeleteService:
+			if err = f.deleteService(k); errors.Is(err, unix.ESRCH) {
+				err = nil
+			}
+		case op.Kind == OpAddDestination:
+			err = f.setDest(k, op.Dest, true)
+		case op.Kind == OpUpdateDestination:
+			err = f.setDest(k, op.Dest, false)
+		case op.Kind == OpDeleteDestination:
+			if err = f.deleteDestination(k, op.Dest.Key()); errors.Is(err, unix.ENOENT) {
+				err = nil
+			}
+		default:
+			err = op.validate()
+		}
+		if first == nil {
+			first = err
+		}
+	}
+	return first
 }
 
 // SetConns sets the connection counts a destination reports (what

@@ -27,6 +27,9 @@ type FakeHost struct {
 	Tables map[string]string
 	// Scripts are the nft scripts applied, in order.
 	Scripts []string
+	// VIPRequests counts VIPs, AddVIPs and DelVIPs calls; NodeAddrCalls
+	// NodeAddrs calls.
+	VIPRequests, NodeAddrCalls int
 }
 
 // NewFakeHost has node addresses 192.168.0.10 and fd00:192:168::10.
@@ -58,6 +61,7 @@ func (h *FakeHost) RemoveDevice() error {
 func (h *FakeHost) VIPs(f proxy.Family) ([]netip.Addr, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.VIPRequests++
 	var out []netip.Addr
 	for a := range h.vips {
 		if f.Contains(a) {
@@ -68,24 +72,39 @@ func (h *FakeHost) VIPs(f proxy.Family) ([]netip.Addr, error) {
 	return out, nil
 }
 
-func (h *FakeHost) AddVIP(a netip.Addr) error {
+// AddVIPs implements Host: EEXIST for an address bound already, as the
+// kernel answers, after binding those before it.
+func (h *FakeHost) AddVIPs(addrs []netip.Addr) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if !h.device {
-		return fmt.Errorf("bind %s to %s: no such device", a, DeviceName)
+	h.VIPRequests++
+	for _, a := range addrs {
+		switch {
+		case !h.device:
+			return fmt.Errorf("bind %s to %s: no such device", a, DeviceName)
+		case h.vips[a]:
+			return fmt.Errorf("bind %s to %s: %w", a, DeviceName, unix.EEXIST)
+		}
+		h.vips[a] = true
 	}
-	h.vips[a] = true
 	return nil
 }
 
-func (h *FakeHost) DelVIP(a netip.Addr) error {
+// DelVIPs implements Host.
+func (h *FakeHost) DelVIPs(addrs []netip.Addr) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	delete(h.vips, a)
+	h.VIPRequests++
+	for _, a := range addrs {
+		delete(h.vips, a)
+	}
 	return nil
 }
 
 func (h *FakeHost) NodeAddrs(f proxy.Family) ([]netip.Addr, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.NodeAddrCalls++
 	var out []netip.Addr
 	for _, a := range h.Node {
 		if f.Contains(a) {

@@ -79,13 +79,72 @@ type Handle interface {
 	UpdateService(Service) error
 	DeleteService(ServiceKey) error
 	Services() ([]Service, error)
+	// Service reads one virtual server (ok false: none).
+	Service(ServiceKey) (svc Service, ok bool, err error)
 	AddDestination(ServiceKey, Destination) error
 	UpdateDestination(ServiceKey, Destination) error
 	DeleteDestination(ServiceKey, netip.AddrPort) error
 	Destinations(ServiceKey) ([]Destination, error)
 	Timeouts() (Timeouts, error)
 	SetTimeouts(Timeouts) error
+	// Apply makes the writes ops in order, many to a request where the
+	// handle can, and waits for the kernel's answers per request, not
+	// per write. It goes on past a failed write, as the kernel goes on
+	// with the rest of a request, and returns the first failure.
+	Apply(ops []Op) error
 	Close() error
+}
+
+// OpKind is what an Op writes.
+type OpKind uint8
+
+const (
+	OpAddService OpKind = iota + 1
+	OpUpdateService
+	OpDeleteService // ESRCH (already gone) counts as done
+	OpAddDestination
+	OpUpdateDestination
+	OpDeleteDestination // ENOENT (already gone) counts as done
+)
+
+// Op is one write of Handle.Apply: Svc for the service operations (its
+// key for OpDeleteService), Svc's key and Dest for the destination ones.
+type Op struct {
+	Kind OpKind
+	Svc  Service
+	Dest Destination
+}
+
+func (op Op) String() string {
+	k := op.Svc.Key()
+	switch op.Kind {
+	case OpAddService:
+		return "add ipvs service " + k.String()
+	case OpUpdateService:
+		return "update ipvs service " + k.String()
+	case OpDeleteService:
+		return "delete ipvs service " + k.String()
+	case OpAddDestination:
+		return "add ipvs destination " + op.Dest.Key().String() + " to " + k.String()
+	case OpUpdateDestination:
+		return "update ipvs destination " + op.Dest.Key().String() + " of " + k.String()
+	case OpDeleteDestination:
+		return "delete ipvs destination " + op.Dest.Key().String() + " of " + k.String()
+	}
+	return fmt.Sprintf("ipvs op %d on %s", op.Kind, k)
+}
+
+// validate refuses what the kernel would refuse for a reason of ours.
+func (op Op) validate() error {
+	switch op.Kind {
+	case OpAddService, OpUpdateService:
+		return op.Svc.validate()
+	case OpAddDestination, OpUpdateDestination:
+		return op.Dest.validate(op.Svc.Key())
+	case OpDeleteService, OpDeleteDestination:
+		return nil
+	}
+	return fmt.Errorf("%s: unknown operation", op)
 }
 
 // ErrNoIPVS is what Open returns on a kernel without IPVS.

@@ -14,6 +14,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/nodenet/nodenet/cni/kernel"
 	"github.com/nodenet/nodenet/internal/netnsutil"
 	"github.com/nodenet/nodenet/proxy"
 )
@@ -34,8 +35,11 @@ type Host interface {
 	RemoveDevice() error
 	// VIPs lists the device's addresses of family f.
 	VIPs(f proxy.Family) ([]netip.Addr, error)
-	AddVIP(netip.Addr) error
-	DelVIP(netip.Addr) error
+	// AddVIPs binds addresses the device does not hold yet (EEXIST for
+	// one it holds) and DelVIPs unbinds addresses (one already gone is
+	// not an error), each over one socket, many to a request.
+	AddVIPs([]netip.Addr) error
+	DelVIPs([]netip.Addr) error
 	// NodeAddrs lists the node's own addresses of family f (NodePorts on
 	// all local addresses): not loopback, not link-local, not the VIPs.
 	NodeAddrs(f proxy.Family) ([]netip.Addr, error)
@@ -199,36 +203,77 @@ func (h NetHost) NodeAddrs(f proxy.Family) ([]netip.Addr, error) {
 	})
 }
 
-func vipAddr(a netip.Addr) *netlink.Addr {
-	return &netlink.Addr{IPNet: netipPrefixToIPNet(netip.PrefixFrom(a, a.BitLen())), Flags: nodadFlag(a)}
+// vipConn opens a route netlink socket in h's namespace (the socket
+// stays there) and finds the device's index.
+func (h NetHost) vipConn() (*kernel.Conn, int, error) {
+	var c *kernel.Conn
+	dial := func() (err error) {
+		c, err = kernel.Dial()
+		return err
+	}
+	var err error
+	if h.Netns == "" {
+		err = dial()
+	} else {
+		err = netnsutil.Do(h.Netns, dial)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("route netlink socket: %w", err)
+	}
+	l, err := c.Link(DeviceName)
+	if err != nil {
+		c.Close()
+		return nil, 0, fmt.Errorf("look up %s: %w", DeviceName, err)
+	}
+	return c, l.Index, nil
 }
 
-// AddVIP implements Host.
-func (h NetHost) AddVIP(a netip.Addr) error {
-	return h.do(func(nl *netlink.Handle) error {
-		l, err := nl.LinkByName(DeviceName)
-		if err != nil {
-			return fmt.Errorf("look up %s: %w", DeviceName, err)
-		}
-		if err := nl.AddrReplace(l, vipAddr(a)); err != nil {
-			return fmt.Errorf("bind %s to %s: %w", a, DeviceName, err)
+// vipChunk bounds the addresses of one request: their acknowledgements
+// queue in the socket's default receive buffer before the first is read.
+const vipChunk = 64
+
+// AddVIPs implements Host: vipChunk addresses to a request.
+func (h NetHost) AddVIPs(addrs []netip.Addr) error {
+	return h.withDevice(addrs, func(c *kernel.Conn, index int) error {
+		for len(addrs) > 0 {
+			chunk := addrs[:min(len(addrs), vipChunk)]
+			addrs = addrs[len(chunk):]
+			var b kernel.Batch
+			for _, a := range chunk {
+				b.AddAddr(index, DeviceName, netip.PrefixFrom(a, a.BitLen()))
+			}
+			if err := c.Run(&b); err != nil {
+				return fmt.Errorf("bind VIPs: %w", err)
+			}
 		}
 		return nil
 	})
 }
 
-// DelVIP implements Host; an address already gone is not an error.
-func (h NetHost) DelVIP(a netip.Addr) error {
-	return h.do(func(nl *netlink.Handle) error {
-		l, err := nl.LinkByName(DeviceName)
-		if err != nil {
-			return fmt.Errorf("look up %s: %w", DeviceName, err)
-		}
-		if err := nl.AddrDel(l, vipAddr(a)); err != nil && !errors.Is(err, syscall.EADDRNOTAVAIL) {
-			return fmt.Errorf("unbind %s from %s: %w", a, DeviceName, err)
+// DelVIPs implements Host.
+func (h NetHost) DelVIPs(addrs []netip.Addr) error {
+	return h.withDevice(addrs, func(c *kernel.Conn, index int) error {
+		for _, a := range addrs {
+			if err := c.DelAddr(index, netip.PrefixFrom(a, a.BitLen())); err != nil && !errors.Is(err, syscall.EADDRNOTAVAIL) {
+				return fmt.Errorf("unbind %s from %s: %w", a, DeviceName, err)
+			}
 		}
 		return nil
 	})
+}
+
+// withDevice runs fn with a route netlink socket and the device's index,
+// unless addrs is empty.
+func (h NetHost) withDevice(addrs []netip.Addr, fn func(c *kernel.Conn, index int) error) error {
+	if len(addrs) == 0 {
+		return nil
+	}
+	c, index, err := h.vipConn()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return fn(c, index)
 }
 
 // ApplyNft implements Host with `nft -f -`.

@@ -1,6 +1,7 @@
 package ipvs
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -69,7 +70,16 @@ type Netlink struct {
 	conn   *nlmsg.Conn
 	family uint16
 	w      nlmsg.Writer
+	// bigBuffer: the socket's receive buffer was raised (rcvBuffer), so
+	// a request may carry more writes (applyChunk).
+	bigBuffer bool
+	stats     NetlinkStats
 }
+
+// rcvBuffer is the receive buffer asked for (SO_RCVBUFFORCE, root's):
+// every write of a request is acknowledged before the first answer is
+// read, each acknowledgement a socket buffer of its own.
+const rcvBuffer = 4 << 20
 
 // Open opens the IPVS table of the network namespace at netnsPath (""
 // for the caller's). A kernel without IPVS yields ErrNoIPVS, never a
@@ -86,6 +96,7 @@ func Open(netnsPath string) (*Netlink, error) {
 			return err
 		}
 		n = &Netlink{conn: c}
+		n.bigBuffer = c.SetReceiveBuffer(rcvBuffer) == nil
 		n.family, err = n.resolveFamily()
 		_, statErr := os.Stat(ProcIPVS)
 		if err != nil {
@@ -112,8 +123,9 @@ func Open(netnsPath string) (*Netlink, error) {
 // Close closes the socket.
 func (n *Netlink) Close() error { return n.conn.Close() }
 
+// begin starts a message in n.w, after those already there (a request
+// of many writes); request starts a request of one message.
 func (n *Netlink) begin(family uint16, cmd uint8, flags uint16) {
-	n.w.Reset()
 	n.w.Begin(family, flags)
 	version := uint8(ipvsGenlVersion)
 	if family == genlIDCtrl {
@@ -122,8 +134,13 @@ func (n *Netlink) begin(family uint16, cmd uint8, flags uint16) {
 	n.w.Fixed([]byte{cmd, version, 0, 0})
 }
 
+func (n *Netlink) request(family uint16, cmd uint8, flags uint16) {
+	n.w.Reset()
+	n.begin(family, cmd, flags)
+}
+
 func (n *Netlink) resolveFamily() (uint16, error) {
-	n.begin(genlIDCtrl, ctrlCmdGetFamily, unix.NLM_F_ACK)
+	n.request(genlIDCtrl, ctrlCmdGetFamily, unix.NLM_F_ACK)
 	n.w.String(ctrlAttrFamilyName, ipvsFamilyName)
 	var id uint16
 	err := n.conn.Execute(&n.w, func(r nlmsg.Reply) error {
@@ -190,53 +207,165 @@ func (n *Netlink) serviceKeyAttrs(k ServiceKey) {
 	n.w.Attr(ipvsSvcAttrPort, be16(k.Port))
 }
 
-func (n *Netlink) service(cmd uint8, s Service) error {
-	if err := s.validate(); err != nil {
-		return err
-	}
+// encodeService appends a virtual-server message to n.w.
+func (n *Netlink) encodeService(cmd uint8, s Service) {
 	n.begin(n.family, cmd, unix.NLM_F_ACK)
 	nest := n.w.Nest(ipvsCmdAttrService | unix.NLA_F_NESTED)
 	n.serviceKeyAttrs(s.Key())
-	n.w.String(ipvsSvcAttrSchedName, s.Scheduler)
-	flags := make([]byte, 8)
-	binary.NativeEndian.PutUint32(flags, s.Flags)
-	binary.NativeEndian.PutUint32(flags[4:], ^uint32(0))
-	n.w.Attr(ipvsSvcAttrFlags, flags)
-	n.w.Uint32(ipvsSvcAttrTimeout, uint32(s.Timeout/time.Second))
-	netmask := uint32(0xffffffff)
-	if s.Addr.Is6() {
-		netmask = 128
+	if cmd != ipvsCmdDelService {
+		n.w.String(ipvsSvcAttrSchedName, s.Scheduler)
+		flags := make([]byte, 8)
+		binary.NativeEndian.PutUint32(flags, s.Flags)
+		binary.NativeEndian.PutUint32(flags[4:], ^uint32(0))
+		n.w.Attr(ipvsSvcAttrFlags, flags)
+		n.w.Uint32(ipvsSvcAttrTimeout, uint32(s.Timeout/time.Second))
+		netmask := uint32(0xffffffff)
+		if s.Addr.Is6() {
+			netmask = 128
+		}
+		n.w.Uint32(ipvsSvcAttrNetmask, netmask)
 	}
-	n.w.Uint32(ipvsSvcAttrNetmask, netmask)
 	n.w.EndNest(nest)
-	return n.conn.Execute(&n.w, nil)
 }
 
 // AddService creates a virtual server (EEXIST if it exists).
 func (n *Netlink) AddService(s Service) error {
-	return wrap("add ipvs service "+s.String(), n.service(ipvsCmdNewService, s))
+	return n.one(Op{Kind: OpAddService, Svc: s})
 }
 
 // UpdateService changes a virtual server's scheduler, flags and timeout
 // (ESRCH if it does not exist).
 func (n *Netlink) UpdateService(s Service) error {
-	return wrap("update ipvs service "+s.String(), n.service(ipvsCmdSetService, s))
+	return n.one(Op{Kind: OpUpdateService, Svc: s})
 }
 
 // DeleteService removes a virtual server and its real servers (ESRCH if
 // it does not exist).
 func (n *Netlink) DeleteService(k ServiceKey) error {
-	n.begin(n.family, ipvsCmdDelService, unix.NLM_F_ACK)
+	return n.one(Op{Kind: OpDeleteService, Svc: serviceOf(k)})
+}
+
+// one applies a single op with its errno reported, not tolerated.
+func (n *Netlink) one(op Op) error {
+	n.w.Reset()
+	if err := n.encode(op, false); err != nil {
+		return err
+	}
+	return wrap(op.String(), n.execute())
+}
+
+// execute sends what n.w holds and counts the request.
+func (n *Netlink) execute() error {
+	n.stats.Requests++
+	n.stats.Messages += n.w.Count()
+	return n.conn.Execute(&n.w, nil)
+}
+
+// applyChunk bounds the messages of one request: their acknowledgements
+// queue up in the socket's receive buffer before the first is read.
+func (n *Netlink) applyChunk() int {
+	if n.bigBuffer {
+		return 256
+	}
+	return 32
+}
+
+// Apply implements Handle: up to applyChunk writes per request.
+func (n *Netlink) Apply(ops []Op) error {
+	var first error
+	for len(ops) > 0 {
+		chunk := ops[:min(len(ops), n.applyChunk())]
+		ops = ops[len(chunk):]
+		n.w.Reset()
+		for _, op := range chunk {
+			if err := n.encode(op, true); err != nil {
+				return errors.Join(first, err)
+			}
+		}
+		err := n.execute()
+		var refused *nlmsg.Error
+		switch {
+		case errors.As(err, &refused) && refused.Index < len(chunk):
+			first = cmp.Or(first, fmt.Errorf("%s: %w", chunk[refused.Index], refused))
+		case err != nil:
+			// The socket failed: what the kernel made of this request is
+			// unknown, and the rest is not sent.
+			return errors.Join(first, fmt.Errorf("ipvs request of %d writes: %w", len(chunk), err))
+		}
+	}
+	return first
+}
+
+// encode appends op's message to n.w; tolerant makes the errnos of
+// deleting what is gone count as done.
+func (n *Netlink) encode(op Op, tolerant bool) error {
+	if err := op.validate(); err != nil {
+		return err
+	}
+	k := op.Svc.Key()
+	switch op.Kind {
+	case OpAddService:
+		n.encodeService(ipvsCmdNewService, op.Svc)
+	case OpUpdateService:
+		n.encodeService(ipvsCmdSetService, op.Svc)
+	case OpDeleteService:
+		n.encodeService(ipvsCmdDelService, op.Svc)
+		if tolerant {
+			n.w.Tolerate(unix.ESRCH)
+		}
+	case OpAddDestination:
+		n.encodeDest(ipvsCmdNewDest, k, op.Dest, true)
+	case OpUpdateDestination:
+		n.encodeDest(ipvsCmdSetDest, k, op.Dest, true)
+	case OpDeleteDestination:
+		n.encodeDest(ipvsCmdDelDest, k, op.Dest, false)
+		if tolerant {
+			n.w.Tolerate(unix.ENOENT)
+		}
+	}
+	return nil
+}
+
+// NetlinkStats count what a Netlink sent: requests (one write each, a
+// dump included), the messages in them, and the dumps of every service.
+type NetlinkStats struct {
+	Requests, Messages, Dumps int
+}
+
+// Stats are the counts since Open.
+func (n *Netlink) Stats() NetlinkStats { return n.stats }
+
+// Service reads one virtual server.
+func (n *Netlink) Service(k ServiceKey) (Service, bool, error) {
+	n.request(n.family, ipvsCmdGetService, unix.NLM_F_ACK)
 	nest := n.w.Nest(ipvsCmdAttrService | unix.NLA_F_NESTED)
 	n.serviceKeyAttrs(k)
 	n.w.EndNest(nest)
-	return wrap("delete ipvs service "+k.String(), n.conn.Execute(&n.w, nil))
+	var out Service
+	found := false
+	n.stats.Requests++
+	n.stats.Messages++
+	err := n.conn.Execute(&n.w, func(r nlmsg.Reply) error {
+		s, ok, err := parseService(genlBody(r.Data))
+		if ok && s.Key() == k {
+			out, found = s, true
+		}
+		return err
+	})
+	if errors.Is(err, unix.ESRCH) {
+		return Service{}, false, nil
+	}
+	if err != nil {
+		return Service{}, false, fmt.Errorf("read ipvs service %s: %w", k, err)
+	}
+	return out, found, nil
 }
 
 // Services lists the virtual servers (those with a firewall mark instead
 // of an address are not nodenet's and are left out).
 func (n *Netlink) Services() ([]Service, error) {
-	n.begin(n.family, ipvsCmdGetService, unix.NLM_F_DUMP)
+	n.request(n.family, ipvsCmdGetService, unix.NLM_F_DUMP)
+	n.countDump(true)
 	bodies, err := n.conn.Dump(&n.w, n.family)
 	if err != nil {
 		return nil, fmt.Errorf("list ipvs services: %w", err)
@@ -306,7 +435,7 @@ func parseAddr(af uint16, b []byte) netip.Addr {
 	return netip.Addr{}
 }
 
-func (n *Netlink) dest(cmd uint8, k ServiceKey, d Destination, full bool) error {
+func (n *Netlink) encodeDest(cmd uint8, k ServiceKey, d Destination, full bool) {
 	n.begin(n.family, cmd, unix.NLM_F_ACK)
 	nest := n.w.Nest(ipvsCmdAttrService | unix.NLA_F_NESTED)
 	n.serviceKeyAttrs(k)
@@ -322,7 +451,6 @@ func (n *Netlink) dest(cmd uint8, k ServiceKey, d Destination, full bool) error 
 		n.w.Uint32(ipvsDestAttrLThresh, 0)
 	}
 	n.w.EndNest(nest)
-	return n.conn.Execute(&n.w, nil)
 }
 
 func (d Destination) validate(k ServiceKey) error {
@@ -338,34 +466,34 @@ func (d Destination) validate(k ServiceKey) error {
 // AddDestination adds a real server (EEXIST if it exists; ESRCH without
 // the service).
 func (n *Netlink) AddDestination(k ServiceKey, d Destination) error {
-	if err := d.validate(k); err != nil {
-		return err
-	}
-	return wrap("add ipvs destination "+d.Key().String()+" to "+k.String(), n.dest(ipvsCmdNewDest, k, d, true))
+	return n.one(Op{Kind: OpAddDestination, Svc: serviceOf(k), Dest: d})
 }
 
 // UpdateDestination changes a real server's weight (ENOENT if it does not
 // exist).
 func (n *Netlink) UpdateDestination(k ServiceKey, d Destination) error {
-	if err := d.validate(k); err != nil {
-		return err
-	}
-	return wrap("update ipvs destination "+d.Key().String()+" of "+k.String(), n.dest(ipvsCmdSetDest, k, d, true))
+	return n.one(Op{Kind: OpUpdateDestination, Svc: serviceOf(k), Dest: d})
 }
 
 // DeleteDestination removes a real server (ENOENT if it does not exist).
 func (n *Netlink) DeleteDestination(k ServiceKey, ap netip.AddrPort) error {
-	return wrap("delete ipvs destination "+ap.String()+" of "+k.String(),
-		n.dest(ipvsCmdDelDest, k, Destination{Addr: ap.Addr(), Port: ap.Port()}, false))
+	return n.one(Op{Kind: OpDeleteDestination, Svc: serviceOf(k), Dest: Destination{Addr: ap.Addr(), Port: ap.Port()}})
+}
+
+// serviceOf is the Service with key k only (what a destination's or a
+// deletion's message names).
+func serviceOf(k ServiceKey) Service {
+	return Service{Addr: k.Addr, Port: k.Port, Protocol: k.Protocol}
 }
 
 // Destinations lists a virtual server's real servers with their
 // connection counts.
 func (n *Netlink) Destinations(k ServiceKey) ([]Destination, error) {
-	n.begin(n.family, ipvsCmdGetDest, unix.NLM_F_DUMP)
+	n.request(n.family, ipvsCmdGetDest, unix.NLM_F_DUMP)
 	nest := n.w.Nest(ipvsCmdAttrService | unix.NLA_F_NESTED)
 	n.serviceKeyAttrs(k)
 	n.w.EndNest(nest)
+	n.countDump(false)
 	bodies, err := n.conn.Dump(&n.w, n.family)
 	if err != nil {
 		return nil, fmt.Errorf("list ipvs destinations of %s: %w", k, err)
@@ -410,9 +538,18 @@ func (n *Netlink) Destinations(k ServiceKey) ([]Destination, error) {
 	return out, nil
 }
 
+// countDump counts a dump request; services: one listing every service.
+func (n *Netlink) countDump(services bool) {
+	n.stats.Requests++
+	n.stats.Messages++
+	if services {
+		n.stats.Dumps++
+	}
+}
+
 // Timeouts reads the connection timeouts.
 func (n *Netlink) Timeouts() (Timeouts, error) {
-	n.begin(n.family, ipvsCmdGetConfig, unix.NLM_F_ACK)
+	n.request(n.family, ipvsCmdGetConfig, unix.NLM_F_ACK)
 	var t Timeouts
 	err := n.conn.Execute(&n.w, func(r nlmsg.Reply) error {
 		attrs, err := nlmsg.ParseAttrs(genlBody(r.Data))
@@ -439,7 +576,7 @@ func (n *Netlink) SetTimeouts(t Timeouts) error {
 			return fmt.Errorf("set ipvs timeouts: %v is not a whole, non-negative number of seconds", v)
 		}
 	}
-	n.begin(n.family, ipvsCmdSetConfig, unix.NLM_F_ACK)
+	n.request(n.family, ipvsCmdSetConfig, unix.NLM_F_ACK)
 	n.w.Uint32(ipvsCmdAttrTCP, uint32(t.TCP/time.Second))
 	n.w.Uint32(ipvsCmdAttrTCPFin, uint32(t.TCPFin/time.Second))
 	n.w.Uint32(ipvsCmdAttrUDP, uint32(t.UDP/time.Second))

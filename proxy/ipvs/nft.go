@@ -2,7 +2,6 @@ package ipvs
 
 import (
 	"fmt"
-	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,9 +48,10 @@ func nftFamily(f proxy.Family) string {
 
 // table is the content of the mode's nft table for one sync: its chains,
 // which depend on the snapshot's cluster CIDRs and masquerade-all only,
-// and the elements of each set and map, sorted. A sync whose chains are
-// those already written changes elements only (delta), so the cost of a
-// partial sync is that of what changed, not of every service.
+// and the elements of each set and map, sorted. A partial sync whose
+// chains are those already written changes elements only
+// (elementScript), so its cost is that of what changed, not of every
+// service.
 type table struct {
 	family proxy.Family
 	chains string
@@ -81,43 +81,25 @@ func setDecls(f proxy.Family) []setDecl {
 	}
 }
 
-// desiredTable is the table for the entries of a snapshot and the record
-// of nodenet's NodePort virtual servers.
-func desiredTable(f proxy.Family, snap *proxy.Snapshot, all []entry, nodePorts []ServiceKey) *table {
+// tableOf is the table the accounts and the record of nodenet's NodePort
+// virtual servers describe, with the chains given.
+func tableOf(f proxy.Family, chains string, a *accounts, nodePorts map[ServiceKey]bool) *table {
 	elems := map[string][]string{}
-	add := func(set, elem string) { elems[set] = append(elems[set], elem) }
-	for _, k := range nodePorts {
-		add(setNodePorts, vipKey(k))
-	}
-	for _, e := range all {
-		k := vipKey(e.svc.Key())
-		switch {
-		case len(e.dests) == 0:
-			add(setNoEndpoints, k)
-		case !e.external:
-			add(setClusterVIPs, k)
-		case e.masq:
-			add(setExternal, k)
+	for set, m := range a.elems {
+		es := make([]string, 0, len(m))
+		for e := range m {
+			es = append(es, e)
 		}
-		if len(e.sourceRanges) > 0 {
-			add(setFWGuarded, k)
-			for _, r := range e.sourceRanges {
-				add(setFWAllowed, k+" . "+r.Masked().String())
-			}
-		}
-		if e.inside.IsValid() {
-			add(mapInside, k+" : "+e.inside.Addr().String()+" . "+strconv.Itoa(int(e.inside.Port())))
-			add(setInside, k)
-		}
-		for _, d := range e.dests {
-			add(setHairpin, d.Addr.String()+" . "+strconv.Itoa(int(d.Port))+" . "+d.Addr.String())
-		}
-	}
-	for name, es := range elems {
 		slices.Sort(es)
-		elems[name] = slices.Compact(es)
+		elems[set] = es
 	}
-	return &table{family: f, chains: chains(f, snap), elems: elems}
+	rec := make([]string, 0, len(nodePorts))
+	for k := range nodePorts {
+		rec = append(rec, vipKey(k))
+	}
+	slices.Sort(rec)
+	elems[setNodePorts] = rec
+	return &table{family: f, chains: chains, elems: elems}
 }
 
 // script replaces the whole table in one nft transaction (declared,
@@ -145,49 +127,44 @@ func (t *table) script() string {
 	return b.String()
 }
 
-// delta is the nft script that turns prev, the table as last written,
-// into t: the elements to delete, then those to add, in one transaction
-// ("" when nothing changed). ok is false when the chains differ, and the
-// whole table must be written (script).
-func (t *table) delta(prev *table) (script string, ok bool) {
-	if prev == nil || prev.family != t.family || prev.chains != t.chains {
-		return "", false
-	}
-	fam := nftFamily(t.family)
-	var del, add strings.Builder
-	for _, d := range setDecls(t.family) {
-		gone, added := diffSorted(prev.elems[d.name], t.elems[d.name])
-		if d.kind == "map" {
-			// A map's element is deleted by its key; one whose value
-			// changed is deleted and added back.
-			for i, e := range gone {
-				gone[i], _, _ = strings.Cut(e, " : ")
-			}
-		}
-		if len(gone) > 0 {
-			fmt.Fprintf(&del, "delete element %s %s %s { %s }\n", fam, TableName, d.name, strings.Join(gone, ", "))
-		}
-		if len(added) > 0 {
-			fmt.Fprintf(&add, "add element %s %s %s { %s }\n", fam, TableName, d.name, strings.Join(added, ", "))
-		}
-	}
-	return del.String() + add.String(), true
+// elemOp adds or deletes one element of a set or map of the table.
+type elemOp struct {
+	del       bool
+	set, elem string
 }
 
-// diffSorted returns what is in a but not b, and in b but not a, of two
-// sorted, duplicate-free lists.
-func diffSorted(a, b []string) (onlyA, onlyB []string) {
-	for len(a) > 0 && len(b) > 0 {
-		switch {
-		case a[0] == b[0]:
-			a, b = a[1:], b[1:]
-		case a[0] < b[0]:
-			onlyA, a = append(onlyA, a[0]), a[1:]
-		default:
-			onlyB, b = append(onlyB, b[0]), b[1:]
+// elementScript is the nft script of ops in one transaction: every
+// deletion, then every addition, set by set in the table's order, each
+// set's elements sorted ("" for no ops). A map's element is deleted by
+// its key, so one whose value changed is deleted and added back.
+func elementScript(f proxy.Family, ops []elemOp) string {
+	if len(ops) == 0 {
+		return ""
+	}
+	fam := nftFamily(f)
+	del, add := map[string][]string{}, map[string][]string{}
+	for _, op := range ops {
+		if op.del {
+			key, _, _ := strings.Cut(op.elem, " : ")
+			del[op.set] = append(del[op.set], key)
+		} else {
+			add[op.set] = append(add[op.set], op.elem)
 		}
 	}
-	return append(onlyA, a...), append(onlyB, b...)
+	var b strings.Builder
+	for _, verb := range []string{"delete", "add"} {
+		byset := add
+		if verb == "delete" {
+			byset = del
+		}
+		for _, d := range setDecls(f) {
+			if es := byset[d.name]; len(es) > 0 {
+				slices.Sort(es)
+				fmt.Fprintf(&b, "%s element %s %s %s { %s }\n", verb, fam, TableName, d.name, strings.Join(es, ", "))
+			}
+		}
+	}
+	return b.String()
 }
 
 // chains renders the table's chains: fixed, but for the snapshot's
@@ -285,15 +262,4 @@ func vipKey(k ServiceKey) string {
 // cleanupScript deletes the table of family f if it exists.
 func cleanupScript(f proxy.Family) string {
 	return fmt.Sprintf("table %s %s {}\ndelete table %s %s\n", nftFamily(f), TableName, nftFamily(f), TableName)
-}
-
-// bindAddrs are the addresses entries put on the VIP device.
-func bindAddrs(all []entry) map[netip.Addr]bool {
-	out := map[netip.Addr]bool{}
-	for _, e := range all {
-		if e.bind {
-			out[e.svc.Addr] = true
-		}
-	}
-	return out
 }
