@@ -271,7 +271,22 @@
 // Not on the tc path: a refused packet with IPv4 options, or a refused
 // UDP datagram with IPv6 extension headers, is dropped instead of answered
 // (an ICMP error would have to quote them, and the UDP header behind, for
-// the client to match it to its socket); SCTP.
+// the client to match it to its socket); SCTP. SCTP entry points are
+// programmed (socket LB rewrites an SCTP socket's connect like a TCP one,
+// on kernels that have SCTP sockets), but the tc program passes SCTP
+// packets untranslated: the conntrack kfuncs it creates flows with accept
+// only TCP and UDP (bpf_skb_ct_lookup/alloc fail with -EPROTO for any
+// other l4proto, net/netfilter/nf_conntrack_bpf.c), although conntrack and
+// nf_nat themselves track SCTP and recompute its CRC32c when they rewrite
+// ports. Translating SCTP in the program instead would mean an own flow
+// table and rewriting every packet of both directions, on every interface
+// a reply can come back on, with a CRC32c over the whole packet (its
+// checksum covers the ports; bpf_l4_csum_replace is ones' complement
+// only, so a byte loop over up to the MTU per packet), outside the
+// kernel's conntrack that `conntrack -D` and the core's cleanup use. The
+// kernel these tests run on has no SCTP sockets (CONFIG_IP_SCTP unset:
+// socket(AF_INET, SOCK_STREAM, IPPROTO_SCTP) fails with
+// EPROTONOSUPPORT), so neither path can be tested here end to end.
 //
 // # Choosing the tc interfaces (tcauto.go, tcfollow.go)
 //
