@@ -17,8 +17,10 @@ import (
 // flags and feeding as BenchmarkProxyIPTables/NFTables so the figures
 // compare. The programs attach to a throwaway cgroup holding the benchmark
 // process, whose client-namespace sockets are the ones translated; pins go
-// to a private bpffs. Reports: full sync (cold: load, attach, map writes)
-// and restart sync (a new process re-opening the pinned maps and links,
+// to a private bpffs. Reports: prepare (load and attach: proxy.Preparer,
+// which a process runs beside the informers' initial lists, so the
+// benchmark runs it beside feeding the services), the cold full sync
+// after it (every map write; wall and CPU time) and restart sync (a new process re-opening the pinned maps and links,
 // reading the maps back), Go heap and peak RSS, one EndpointSlice change →
 // in the maps (p50/p99), and TCP connect latency through a random
 // ClusterIP (p50/p99).
@@ -49,6 +51,6 @@ func runEBPFBench(b *testing.B, n int, mode string, config func(*proxyBenchTopol
 	ch := Summarize(replaceEndpoints(b, ctx, p, n, rng))
 	co := Summarize(timeConnects(b, topo, n, rng))
 	reportProxyFigures(b, sy, ch, co)
-	b.Logf("%d services (%s): full sync %v, restart sync %v, heap %.1f MiB, peak RSS %.1f MiB, %v map entries; change→maps %v; connect %v",
-		n, mode, sy.full.Round(time.Millisecond), sy.restart.Round(time.Millisecond), sy.heap, sy.peakRSS, sy.rules, ch, co)
+	b.Logf("%d services (%s): prepare %v, full sync %v (CPU %v), restart sync %v, heap %.1f MiB, peak RSS %.1f MiB, %v map entries; change→maps %v; connect %v",
+		n, mode, sy.prepare.Round(time.Millisecond), sy.full.Round(time.Millisecond), sy.fullCPU.Round(time.Millisecond), sy.restart.Round(time.Millisecond), sy.heap, sy.peakRSS, sy.rules, ch, co)
 }

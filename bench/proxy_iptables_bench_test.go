@@ -172,9 +172,14 @@ func newBenchProxy(b *testing.B, n int, dp proxy.DataPlane) *proxy.Proxy {
 // proxySyncFigures are the figures of proxySyncs.
 type proxySyncFigures struct {
 	full, restart time.Duration
-	heap, peakRSS float64 // MiB: Go heap in use, VmHWM of the process
-	childRSS      float64 // MiB: the largest child (nft, iptables-restore) after the full sync
-	rules         float64 // nodenet_proxy_rules_programmed after the full sync
+	// prepare: the data plane's start-up work (proxy.Preparer, the ebpf
+	// mode's load and attach), run beside the feeding of the services
+	// as a process runs it beside the informers' lists; 0 without.
+	prepare       time.Duration
+	fullCPU       time.Duration // CPU time of the process during the full sync
+	heap, peakRSS float64       // MiB: Go heap in use, VmHWM of the process
+	childRSS      float64       // MiB: the largest child (nft, iptables-restore) after the full sync
+	rules         float64       // nodenet_proxy_rules_programmed after the full sync
 }
 
 // proxySyncs times a cold full sync of a new proxy with n services (and the
@@ -185,14 +190,19 @@ func proxySyncs(b *testing.B, ctx context.Context, n int, newDP func() proxy.Dat
 	b.Helper()
 	var f proxySyncFigures
 	// Cold full sync.
-	p := newBenchProxy(b, n, newDP())
+	dp := newDP()
+	prepared := prepareBeside(b, ctx, dp)
+	p := newBenchProxy(b, n, dp)
+	f.prepare = prepared()
 	runtime.GC()
 	_ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) // reset VmHWM
+	cpu := processCPU()
 	start := time.Now()
 	if err := p.SyncNow(ctx, true); err != nil {
 		b.Fatalf("full sync: %v", err)
 	}
 	f.full = time.Since(start)
+	f.fullCPU = processCPU() - cpu
 	f.peakRSS = procStatus("VmHWM")
 	f.childRSS = childMaxRSS()
 	runtime.GC()
@@ -202,13 +212,48 @@ func proxySyncs(b *testing.B, ctx context.Context, n int, newDP func() proxy.Dat
 	f.rules = metricGauge(p, "nodenet_proxy_rules_programmed")
 
 	// A restarted proxy converging on the rules already there.
-	p = newBenchProxy(b, n, newDP())
+	dp = newDP()
+	prepared = prepareBeside(b, ctx, dp)
+	p = newBenchProxy(b, n, dp)
+	prepared()
 	start = time.Now()
 	if err := p.SyncNow(ctx, false); err != nil {
 		b.Fatalf("restart sync: %v", err)
 	}
 	f.restart = time.Since(start)
 	return p, f
+}
+
+// prepareBeside starts dp's Prepare (when it is a proxy.Preparer) and
+// returns a function that waits for it and says how long it took.
+func prepareBeside(b *testing.B, ctx context.Context, dp proxy.DataPlane) func() time.Duration {
+	pr, ok := dp.(proxy.Preparer)
+	if !ok {
+		return func() time.Duration { return 0 }
+	}
+	done := make(chan error, 1)
+	start := time.Now()
+	var took time.Duration
+	go func() {
+		err := pr.Prepare(ctx)
+		took = time.Since(start)
+		done <- err
+	}()
+	return func() time.Duration {
+		if err := <-done; err != nil {
+			b.Fatalf("prepare %s data plane: %v", dp.Name(), err)
+		}
+		return took
+	}
+}
+
+// processCPU is the user + system CPU time this process has used.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func childMaxRSS() float64 {
@@ -282,6 +327,10 @@ func timeConnects(b *testing.B, topo *proxyBenchTopology, n int, rng *rand.Rand)
 // reportProxyFigures reports the metrics both proxy benchmarks have.
 func reportProxyFigures(b *testing.B, sy proxySyncFigures, changes, connects Latency) {
 	b.ReportMetric(sy.full.Seconds(), "full-sync-s")
+	b.ReportMetric(sy.fullCPU.Seconds(), "full-sync-cpu-s")
+	if sy.prepare > 0 {
+		b.ReportMetric(sy.prepare.Seconds(), "prepare-s")
+	}
 	b.ReportMetric(sy.restart.Seconds(), "restart-sync-s")
 	b.ReportMetric(sy.heap, "heap-MiB")
 	b.ReportMetric(sy.peakRSS, "peak-rss-MiB")

@@ -66,7 +66,9 @@
 // (Services, EndpointSlices, this Node) and the bounded-frequency runner
 // (MinSyncPeriod with a burst of SyncBurst, full resync every SyncPeriod,
 // and a full sync whenever a data plane implementing IntegrityChecker finds
-// its state gone, checked every IntegrityCheckPeriod); SyncNow runs one sync
+// its state gone, checked every IntegrityCheckPeriod); a data plane
+// implementing Preparer has its start-up work run beside the informers'
+// initial lists instead of in the first sync; SyncNow runs one sync
 // directly (tests, benchmarks). HealthHandler serves
 // /healthz and /livez with kube-proxy's JSON bodies and status codes, and
 // /readyz; Metrics().Registry holds the Prometheus metrics, under

@@ -87,6 +87,14 @@ func (p *Proxy) Run(ctx context.Context, client kubernetes.Interface) error {
 	for _, fac := range []informers.SharedInformerFactory{svcInf, sliceInf, nodeInf} {
 		fac.Start(ctx.Done())
 	}
+	// The data planes' start-up work overlaps the initial lists; Run
+	// returns only after it (the defers run last to first).
+	prepared := make(chan struct{})
+	go func() {
+		defer close(prepared)
+		p.prepare(ctx)
+	}()
+	defer func() { <-prepared }()
 	defer func() {
 		cancel()
 		for _, fac := range []informers.SharedInformerFactory{svcInf, sliceInf, nodeInf} {
@@ -193,5 +201,22 @@ func setSlice(t *Tracker, o any) {
 func setNode(t *Tracker, o any) {
 	if n, ok := o.(*v1.Node); ok {
 		t.SetNode(n)
+	}
+}
+
+// prepare runs each data plane's start-up work (Preparer) while the
+// informers list; the first sync waits for it through the data plane.
+func (p *Proxy) prepare(ctx context.Context) {
+	for _, f := range p.fams {
+		pr, ok := p.planes[f].(Preparer)
+		if !ok {
+			continue
+		}
+		start := time.Now()
+		if err := pr.Prepare(ctx); err != nil {
+			p.log.Warn("preparing the data plane failed; the first sync retries", "family", f, "err", err)
+			continue
+		}
+		p.log.Info("data plane prepared", "family", f, "took", time.Since(start))
 	}
 }

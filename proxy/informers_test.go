@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 // TestFirstSyncSeesEveryService: the first sync after start holds every
@@ -177,3 +178,72 @@ func TestSharedTableBounded(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// preparingPlane is a recordingPlane with start-up work (Preparer).
+type preparingPlane struct {
+	recordingPlane
+	failing  error
+	prepared int
+	called   chan struct{} // closed by the first Prepare
+	// syncedBeforePrepare: a Sync came before Prepare was called.
+	syncedBeforePrepare bool
+}
+
+func (r *preparingPlane) Prepare(context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.prepared++
+	r.syncedBeforePrepare = len(r.syncs) > 0
+	if r.prepared == 1 {
+		close(r.called)
+	}
+	return r.failing
+}
+
+// TestRunPreparesTheDataPlane: Run calls Prepare once, before the first
+// sync (it runs beside the initial lists); a failed Prepare does not stop
+// the proxy, whose first sync does the work itself.
+func TestRunPreparesTheDataPlane(t *testing.T) {
+	for _, failing := range []error{nil, fmt.Errorf("verifier said no")} {
+		t.Run(fmt.Sprint("failing=", failing != nil), func(t *testing.T) {
+			rp := &preparingPlane{failing: failing, called: make(chan struct{})}
+			// Prepare runs while the informers list: the Services list
+			// answers only once it has been called.
+			client := fake.NewClientset(service("a", "web", "10.96.0.1"))
+			client.PrependReactor("list", "services", func(k8stesting.Action) (bool, runtime.Object, error) {
+				select {
+				case <-rp.called:
+				case <-time.After(30 * time.Second):
+				}
+				return false, nil, nil
+			})
+			p, err := New(Config{}, map[Family]DataPlane{IPv4: rp})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() { done <- p.Run(ctx, client) }()
+			select {
+			case <-p.Synced():
+			case <-time.After(30 * time.Second):
+				t.Fatal("no sync within 30s")
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatalf("run: %v", err)
+			}
+			rp.mu.Lock()
+			defer rp.mu.Unlock()
+			if rp.prepared != 1 {
+				t.Errorf("Prepare called %d times, want 1", rp.prepared)
+			}
+			if rp.syncedBeforePrepare {
+				t.Error("the first sync ran before Prepare was called")
+			}
+			if len(rp.snaps) == 0 || len(rp.snaps[0].Services) != 1 {
+				t.Errorf("first sync after Prepare: %d syncs", len(rp.snaps))
+			}
+		})
+	}
+}

@@ -328,6 +328,15 @@ type IntegrityChecker interface {
 	Intact(ctx context.Context) (bool, error)
 }
 
+// Preparer is implemented by data planes with start-up work that needs no
+// snapshot: the ebpf mode loads, verifies and attaches its programs. Run
+// calls Prepare while the informers make their initial lists, so the
+// first sync does not pay for it on top of them. A failed Prepare is only
+// logged: the first Sync does the work again and reports its error.
+type Preparer interface {
+	Prepare(ctx context.Context) error
+}
+
 type DataPlane interface {
 	// Sync makes the kernel match snap, rewriting at least the services in
 	// changed, in one atomic step. On error the core retries with a full

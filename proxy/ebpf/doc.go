@@ -94,7 +94,11 @@
 //
 // # Syncs are map updates
 //
-// Programs are loaded once per process; Sync writes maps only. Each entry
+// Programs are loaded once per process, by Prepare (proxy.Preparer: the
+// core runs it while the informers make their initial lists, so at 10,000
+// Services the first sync does not also pay for the ELF parse, kernel BTF,
+// map creation and the verifier) or else by the first Sync; Sync writes
+// maps only, and the first one after a load is always full. Each entry
 // point has a stable id. A changed endpoint set keeps every surviving
 // backend in its slot (assignSlots): newcomers fill removed backends'
 // slots, the last backend moves into a leftover hole, the count is raised
@@ -111,7 +115,7 @@
 //
 // Maps and links are pinned under Config.PinDir (default
 // /sys/fs/bpf/nodenet/ipv4|ipv6; it must be on a bpf filesystem). The
-// first Sync of a new process re-opens the pinned maps and points the
+// load of a new process (Prepare or its first Sync) re-opens the pinned maps and points the
 // pinned links at its freshly loaded programs (link update: the links are
 // never detached), so a restart keeps translating without a gap. Cleanup
 // unpins the links (which detaches them), removes the map pins and the
@@ -244,7 +248,10 @@
 // affinity by client address, endpoint change (new flows move, an
 // established one stays), IPv6 NodePort, restart on the same pins (same
 // link, established flow alive) and Cleanup (nothing attached, no pin, no
-// table). tc_suite_test.go runs proxytest.KernelSuite with
+// table). tc_restart_kernel_test.go restarts the proxy three times under
+// load through a NodePort with a local and a remote (SNAT) endpoint: two
+// clients opening TCP connections back to back, UDP questions from new
+// sockets, 20 established connections echoing every 50 ms; nothing fails. tc_suite_test.go runs proxytest.KernelSuite with
 // tc on all of the node's interfaces and nothing in the cgroup: every case
 // passes (hairpin included: the pod's packets are translated on its veth)
 // (Metrics too, now that the mode is registered) but one:

@@ -327,7 +327,13 @@ func removedEndpointGetsNoNewConnections(t *testing.T, k *kernelEnv) {
 // linkInfos reads the pinned links of family f.
 func (k *kernelEnv) linkInfos(t *testing.T, f proxy.Family) map[string]link.Info {
 	t.Helper()
-	dp := k.dataPlane(f)
+	return pinnedLinks(t, k.dataPlane(f))
+}
+
+// pinnedLinks reads dp's pinned cgroup links, by program.
+func pinnedLinks(t *testing.T, dp *DataPlane) map[string]link.Info {
+	t.Helper()
+	f := dp.cfg.Family
 	out := map[string]link.Info{}
 	for _, h := range hooks[f] {
 		l, err := link.LoadPinnedLink(dp.linkPin(h.prog), nil)
@@ -389,12 +395,7 @@ func restartKeepsServing(t *testing.T, k *kernelEnv) {
 	k.StopProxy()
 	time.Sleep(200 * time.Millisecond)
 	p := k.StartProxy(t)
-	proxytest.Eventually(t, wait, "first sync after restart", func() error {
-		if p.Snapshot(proxy.IPv4) == nil {
-			return errors.New("not yet")
-		}
-		return nil
-	})
+	waitSynced(t, p)
 	time.Sleep(200 * time.Millisecond)
 	close(stop)
 	<-done

@@ -51,7 +51,7 @@ func (d *DataPlane) Describe(ch chan<- *prometheus.Desc) {
 }
 
 // Collect implements prometheus.Collector. Map sizes are served once the
-// maps are open (after the first sync); the counters always.
+// maps are open and synced; the counters always.
 func (d *DataPlane) Collect(ch chan<- prometheus.Metric) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -60,7 +60,7 @@ func (d *DataPlane) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(d.metrics.tcChanges, prometheus.CounterValue, float64(d.tcChanges.attached.Load()), "attached")
 	ch <- prometheus.MustNewConstMetric(d.metrics.tcChanges, prometheus.CounterValue, float64(d.tcChanges.detached.Load()), "detached")
-	if d.state == nil {
+	if d.state == nil || !d.synced {
 		return
 	}
 	counts := map[string]int{socklbMapServices: len(d.state.vips), socklbMapBackends: d.state.nSlots}

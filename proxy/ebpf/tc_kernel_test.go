@@ -381,21 +381,7 @@ func endpointChangeMovesNewConnections(t *testing.T, k *tcEnv) {
 // greeting.
 func (k *tcEnv) connect(t *testing.T, addr string) net.Conn {
 	t.Helper()
-	var conn net.Conn
-	if err := k.Client.Do(func() error {
-		var err error
-		conn, err = net.DialTimeout("tcp", addr, time.Second)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	buf := make([]byte, 128)
-	_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
-	if _, err := conn.Read(buf); err != nil {
-		t.Fatalf("greeting: %v", err)
-	}
-	return conn
+	return k.dialEcho(t, addr).conn
 }
 
 // echo checks that an established connection still carries data.
@@ -437,12 +423,7 @@ func tcRestartKeepsEstablished(t *testing.T, k *tcEnv) {
 	before := k.tcLinkID(t)
 	k.StopProxy()
 	p := k.StartProxy(t)
-	proxytest.Eventually(t, wait, "first sync after restart", func() error {
-		if p.Snapshot(proxy.IPv4) == nil {
-			return errors.New("not yet")
-		}
-		return nil
-	})
+	waitSynced(t, p)
 	if after := k.tcLinkID(t); after != before {
 		t.Errorf("TCX link %d replaced by %d: the restart detached it", before, after)
 	}
