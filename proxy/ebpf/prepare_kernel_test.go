@@ -43,10 +43,10 @@ func TestPrepareLoadsBeforeTheFirstSync(t *testing.T) {
 		t.Fatalf("prepare: %v", err)
 	}
 	before := pinnedLinks(t, d)
-	// Before the first sync only the skip counters: the state knows
-	// nothing of what the maps hold yet.
-	if n := collected(d); n != 2 {
-		t.Errorf("metrics before the first sync: %d series, want the 2 skip counters", n)
+	// Before the first sync only the counters (skips, tc interface
+	// changes): the state knows nothing of what the maps hold yet.
+	if n := collected(d); n != 4 {
+		t.Errorf("metrics before the first sync: %d series, want the 2 skip and 2 tc interface change counters", n)
 	}
 	if err := d.Prepare(ctx); err != nil {
 		t.Fatalf("second prepare: %v", err)
