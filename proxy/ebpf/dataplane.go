@@ -149,7 +149,8 @@ func (d *DataPlane) Sync(ctx context.Context, snap *proxy.Snapshot, changed prox
 		// The first sync on freshly loaded maps reads them back and
 		// converges on whatever an earlier process left.
 		changed = proxy.ChangeSet{Full: true}
-	} else if changed.Full {
+	}
+	if changed.Full {
 		// Between full syncs the address subscription keeps it.
 		if _, err := d.local.resync(); err != nil {
 			return proxy.SyncResult{}, err
@@ -357,7 +358,8 @@ func (d *DataPlane) closeLocked() {
 	if d.destroyer != nil {
 		d.destroyer.Close()
 	}
-	d.maps, d.state, d.destroyer, d.local, d.watch, d.follow, d.synced = nil, nil, nil, nil, nil, nil, false
+	d.maps, d.state, d.destroyer, d.local, d.watch, d.follow = nil, nil, nil, nil, nil, nil
+	d.synced = false
 }
 
 // Cleanup implements proxy.DataPlane: it detaches and unpins every link and

@@ -114,15 +114,15 @@
 // # Pins, restart, cleanup
 //
 // Maps and links are pinned under Config.PinDir (default
-// /sys/fs/bpf/nodenet/ipv4|ipv6; it must be on a bpf filesystem). The
-// load of a new process (Prepare or its first Sync) re-opens the pinned maps and points the
-// pinned links at its freshly loaded programs (link update: the links are
-// never detached), so a restart keeps translating without a gap. Cleanup
-// unpins the links (which detaches them), removes the map pins and the
-// directory, from any process. The cgroup is the caller's (Config.Cgroup);
-// a hierarchy's root cgroup is refused unless Config.RootCgroupOK (`nodenet
-// proxy` on a real node attaches at the root, as Cilium does; tests and
-// the local cluster never do).
+// /sys/fs/bpf/nodenet/ipv4|ipv6; it must be on a bpf filesystem). The load
+// of a new process (Prepare or its first Sync) re-opens the pinned maps and
+// points the pinned links at its freshly loaded programs (link update: the
+// links are never detached), so a restart keeps translating without a gap.
+// Cleanup unpins the links (which detaches them), removes the map pins and
+// the directory, from any process. The cgroup is the caller's
+// (Config.Cgroup); a hierarchy's root cgroup is refused unless
+// Config.RootCgroupOK (`nodenet proxy` on a real node attaches at the root,
+// as Cilium does; tests and the local cluster never do).
 //
 // # nodenet proxy --proxy-mode ebpf
 //
@@ -251,7 +251,8 @@
 // table). tc_restart_kernel_test.go restarts the proxy three times under
 // load through a NodePort with a local and a remote (SNAT) endpoint: two
 // clients opening TCP connections back to back, UDP questions from new
-// sockets, 20 established connections echoing every 50 ms; nothing fails. tc_suite_test.go runs proxytest.KernelSuite with
+// sockets, 20 established connections echoing every 50 ms; nothing fails.
+// tc_suite_test.go runs proxytest.KernelSuite with
 // tc on all of the node's interfaces and nothing in the cgroup: every case
 // passes (hairpin included: the pod's packets are translated on its veth)
 // (Metrics too, now that the mode is registered) but one:
