@@ -272,14 +272,16 @@
 // fragment's flow made (as for IPv4). Past six headers, or behind AH/ESP
 // or an unknown header, a packet passes untranslated. A refused TCP
 // connection's reset is built without the client's extension headers
-// (cut out with bpf_skb_adjust_room). TestTCIPv6ExtensionHeaders: a client
-// socket with IPV6_DSTOPTS reaches an IPv6 NodePort (TCP with data both
-// ways, UDP) and is reset at once without endpoints.
+// (cut out with bpf_skb_adjust_room); a refused UDP datagram's port
+// unreachable quotes them (up to 64 bytes, MAX_QUOTED_EXT) with the UDP
+// header behind, which the client's kernel needs to find the socket.
+// TestTCIPv6ExtensionHeaders: a client socket with IPV6_DSTOPTS reaches
+// an IPv6 NodePort (TCP with data both ways, UDP) and is refused at once
+// without endpoints (TCP and UDP).
 //
-// Not on the tc path: a refused packet with IPv4 options, or a refused
-// UDP datagram with IPv6 extension headers, is dropped instead of answered
-// (an ICMP error would have to quote them, and the UDP header behind, for
-// the client to match it to its socket); SCTP. SCTP entry points are
+// Not on the tc path: a refused packet with IPv4 options (or with more
+// than 64 bytes of IPv6 extension headers) is dropped instead of
+// answered; SCTP. SCTP entry points are
 // programmed (socket LB rewrites an SCTP socket's connect like a TCP one,
 // on kernels that have SCTP sockets), but the tc program passes SCTP
 // packets untranslated: the conntrack kfuncs it creates flows with accept
