@@ -333,7 +333,8 @@ func (d *DataPlane) Intact(ctx context.Context) (bool, error) {
 		}
 	}
 	if !d.tcIntact() {
-		d.Close()
+		// d.mu is held: Close would deadlock.
+		d.closeLocked()
 		return false, nil
 	}
 	return true, nil

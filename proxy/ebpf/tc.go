@@ -109,8 +109,18 @@ func (d *DataPlane) loadTC() (srcRanges *ebpf.Map, err error) {
 	if err := d.inNetNS(func() error { return d.natHooks() }); err != nil {
 		return nil, err
 	}
+	ifaces := d.cfg.Interfaces
 	err = d.inNetNS(func() error {
-		for _, ifName := range d.cfg.Interfaces {
+		if d.cfg.FollowNode != nil {
+			// A reload (a repair after lost pins) attaches where the node
+			// is now, not where it was when the process started.
+			links, err := listLinkAddrs()
+			if err != nil {
+				return fmt.Errorf("choose tc interfaces: %w", err)
+			}
+			ifaces = d.cfg.FollowNode.choose(links)
+		}
+		for _, ifName := range ifaces {
 			idx, err := d.attachTCProg(coll.Programs[name], coll.Maps[tcnatMapSnatAddrs], ifName)
 			if err != nil {
 				return err
@@ -122,7 +132,7 @@ func (d *DataPlane) loadTC() (srcRanges *ebpf.Map, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := d.dropStaleTCLinks(); err != nil {
+	if err := d.dropStaleTCLinks(ifaces); err != nil {
 		return nil, err
 	}
 	return coll.Maps[tcnatMapSrcRanges], nil
@@ -236,10 +246,11 @@ func nodeAddr(ifc netlink.Link, f proxy.Family) (netip.Addr, error) {
 	return netip.Addr{}, fmt.Errorf("tc interface %s has no global %s address to SNAT to", ifc.Attrs().Name, f)
 }
 
-// dropStaleTCLinks detaches the links of interfaces no longer configured.
-func (d *DataPlane) dropStaleTCLinks() error {
+// dropStaleTCLinks detaches the links of interfaces not in ifaces (no
+// longer configured or chosen).
+func (d *DataPlane) dropStaleTCLinks(ifaces []string) error {
 	want := map[string]bool{}
-	for _, ifName := range d.cfg.Interfaces {
+	for _, ifName := range ifaces {
 		want[d.tcLinkPin(ifName)] = true
 	}
 	pins, err := filepath.Glob(d.tcLinkPin("*"))

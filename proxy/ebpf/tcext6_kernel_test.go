@@ -48,7 +48,8 @@ func dialDstOpts(ns *nettest.NS, network, addr string) (net.Conn, error) {
 // (TCP, with an established flow carrying data both ways, and UDP): the
 // program walks the header to the ports and the kernel's NAT translates
 // with it in place. A refused TCP connect is reset at once (the reset
-// carries no extension header). An nft counter in the node proves the
+// carries no extension header), a refused UDP datagram answered with a
+// port unreachable the client's socket gets. An nft counter in the node proves the
 // headers were there.
 func TestTCIPv6ExtensionHeaders(t *testing.T) {
 	k := newTCEnv(t, "c0")
@@ -63,7 +64,8 @@ func TestTCIPv6ExtensionHeaders(t *testing.T) {
 			proxytest.WithEndpoints(proxytest.TCPPort, proxytest.Pod2IP6)),
 		proxytest.Port("ns", "np6u", "fd00:96::91", 53, proxy.UDP, proxytest.WithNodePort(wildNodePort),
 			proxytest.WithEndpoints(proxytest.UDPPort, proxytest.Pod2IP6)),
-		proxytest.Port("ns", "empty6", "fd00:96::92", proxytest.TCPPort, proxy.TCP, proxytest.WithExternalIPs(refusedIP)))
+		proxytest.Port("ns", "empty6", "fd00:96::92", proxytest.TCPPort, proxy.TCP, proxytest.WithExternalIPs(refusedIP)),
+		proxytest.Port("ns", "empty6u", "fd00:96::92", proxytest.UDPPort, proxy.UDP, proxytest.WithExternalIPs(refusedIP)))
 	snap.Node.IPs = []netip.Addr{netip.MustParseAddr(proxytest.NodeIP6)}
 	if _, err := dp.Sync(t.Context(), snap, proxytest.Full); err != nil {
 		t.Fatal(err)
@@ -113,6 +115,16 @@ func TestTCIPv6ExtensionHeaders(t *testing.T) {
 	_, err := dialDstOpts(k.Client, "tcp", net.JoinHostPort(refusedIP, strconv.Itoa(proxytest.TCPPort)))
 	if !errors.Is(err, syscall.ECONNREFUSED) || time.Since(start) > time.Second {
 		t.Errorf("TCP to an entry point without endpoints, with the header: %v after %v, want refused at once", err, time.Since(start))
+	}
+	// The port unreachable quotes the header and the UDP header behind it,
+	// so the client's kernel finds the socket and reports the refusal.
+	uc, err := dialDstOpts(k.Client, "udp", net.JoinHostPort(refusedIP, strconv.Itoa(proxytest.UDPPort)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer uc.Close()
+	if _, err := proxytest.AskUDP(uc, 3*time.Second); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Errorf("UDP to an entry point without endpoints, with the header: %v, want refused (port unreachable)", err)
 	}
 
 	out := string(k.Node.MustExec(t, "nft", "list", "table", "ip6", "exthdr-seen"))

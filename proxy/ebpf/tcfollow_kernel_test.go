@@ -51,8 +51,9 @@ func tcxPrograms(ns *nettest.NS, ifName string) (int, error) {
 // TestTCInterfacesFollowTheNode: with --bpf-tc-interfaces=auto
 // (FollowNode) a second link of the node that gains a node address gets
 // the tc program without a restart and translates a NodePort for a client
-// behind it; losing the address detaches and unpins it; and so does the
-// link going away. Each change is counted.
+// behind it; losing the address detaches and unpins it; a repair after a
+// lost pin attaches where the node is now; and the link going away is
+// detached too. Each change is counted.
 func TestTCInterfacesFollowTheNode(t *testing.T) {
 	k := newTCEnv(t, "c0")
 	client2 := nettest.New(t)
@@ -106,6 +107,16 @@ func TestTCInterfacesFollowTheNode(t *testing.T) {
 
 	k.Node.MustExec(t, "ip", "addr", "add", c1NodeAddr+"/24", "dev", "c1")
 	proxytest.Eventually(t, time.Second, "c1 attached again", attached(1))
+	// A lost pin: Intact notices, and the repair's reload attaches where
+	// the node is now (c1 too), not the choice at start (c0).
+	if err := os.Remove(pin); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := dp.Intact(t.Context()); ok || err != nil {
+		t.Fatalf("c1's pin gone: intact %v, %v", ok, err)
+	}
+	syncNodePort(t, dp, proxy.IPv4, proxy.NodePorts{All: true})
+	proxytest.Eventually(t, time.Second, "c1 attached by the repair", attached(1))
 	k.Node.MustExec(t, "ip", "link", "del", "c1")
 	proxytest.Eventually(t, time.Second, "c1's pin gone with the link", attached(0))
 	if a, d := dp.tcChanges.attached.Load(), dp.tcChanges.detached.Load(); a != 2 || d != 2 {

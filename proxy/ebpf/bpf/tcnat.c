@@ -275,13 +275,20 @@ static __always_inline int unreachable4(struct __sk_buff *skb, struct flow *f)
 	return sizeof(icmp) + sizeof(quote);
 }
 
+// The most of a datagram's extension headers an ICMPv6 error quotes; a
+// datagram with more is dropped instead of answered.
+#define MAX_QUOTED_EXT 64
+
 static __always_inline int unreachable6(struct __sk_buff *skb, struct flow *f)
 {
-	__u8 quote[sizeof(struct ipv6hdr) + 8];
-	if (f->l3len != sizeof(struct ipv6hdr) || bpf_skb_load_bytes(skb, ETH_HLEN, quote, sizeof(quote)))
+	// The quote holds the extension headers too: the client's kernel
+	// walks them to the UDP header to find the socket to tell.
+	__u8 quote[sizeof(struct ipv6hdr) + MAX_QUOTED_EXT + 8];
+	__u32 qlen = f->l3len + 8;
+	if (qlen < sizeof(struct ipv6hdr) + 8 || qlen > sizeof(quote) || bpf_skb_load_bytes(skb, ETH_HLEN, quote, qlen))
 		return TC_ACT_SHOT;
 	struct icmp6hdr icmp = {.icmp6_type = ICMPV6_DEST_UNREACH, .icmp6_code = ICMPV6_PORT_UNREACH};
-	__u32 len = sizeof(icmp) + sizeof(quote);
+	__u32 len = sizeof(icmp) + qlen;
 	struct {
 		__u32 src[4], dst[4];
 		__u32 len;
@@ -291,11 +298,13 @@ static __always_inline int unreachable6(struct __sk_buff *skb, struct flow *f)
 	__builtin_memcpy(ph.dst, f->saddr, sizeof(ph.dst));
 	__s64 sum = bpf_csum_diff(0, 0, (__be32 *)&ph, sizeof(ph), 0);
 	sum = bpf_csum_diff(0, 0, (__be32 *)&icmp, sizeof(icmp), sum);
-	sum = bpf_csum_diff(0, 0, (__be32 *)quote, sizeof(quote), sum);
+	sum = bpf_csum_diff(0, 0, (__be32 *)quote, qlen, sum);
+	if (sum < 0)
+		return TC_ACT_SHOT;
 	icmp.icmp6_cksum = fold(sum);
 	__u32 off = ETH_HLEN + sizeof(struct ipv6hdr);
 	if (bpf_skb_change_tail(skb, off + len, 0) || bpf_skb_store_bytes(skb, off, &icmp, sizeof(icmp), 0) ||
-	    bpf_skb_store_bytes(skb, off + sizeof(icmp), quote, sizeof(quote), 0))
+	    bpf_skb_store_bytes(skb, off + sizeof(icmp), quote, qlen, 0))
 		return TC_ACT_SHOT;
 	return len;
 }
@@ -309,10 +318,8 @@ static __always_inline int refuse(struct __sk_buff *skb, struct flow *f)
 	if (proto == IPPROTO_TCP && f->v6 && f->l3len > sizeof(struct ipv6hdr)) {
 		// The reset carries none of the client's extension headers: cut
 		// them out, so the TCP header follows the fixed header that is
-		// rewritten below. (A UDP datagram's ICMPv6 error must quote them,
-		// with the UDP header behind, for the client to match it to its
-		// socket; that quote is not built here: such a datagram is
-		// dropped, like an IPv4 one with options.)
+		// rewritten below. (A UDP datagram's ICMPv6 error quotes them,
+		// unreachable6.)
 		if (bpf_skb_adjust_room(skb, -(__s32)(f->l3len - sizeof(struct ipv6hdr)), BPF_ADJ_ROOM_NET, 0))
 			return TC_ACT_SHOT;
 		f->l3len = sizeof(struct ipv6hdr);
