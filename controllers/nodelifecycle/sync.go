@@ -167,14 +167,22 @@ func (c *Controller) markUnreachable(ctx context.Context, node *corev1.Node, at 
 	}
 	// An unreachable node's not-ready taints give way to the unreachable
 	// ones, as upstream swaps them.
-	node, err := c.setTaints(ctx, node, unreachableTaints, corev1.TaintNodeNotReady)
+	return c.takeOutOfService(ctx, node, unreachableTaints, corev1.TaintNodeNotReady, "unreachable", at)
+}
+
+// takeOutOfService gives the node taints (dropping those with key drop),
+// marks its pods not ready (state says why) and evicts those whose
+// toleration of its NoExecute taint ran out, looking at the node again
+// when the next one's does.
+func (c *Controller) takeOutOfService(ctx context.Context, node *corev1.Node, taints []corev1.Taint, drop, state string, now time.Time) error {
+	node, err := c.setTaints(ctx, node, taints, drop)
 	if err != nil {
 		return err
 	}
-	if err := c.markPodsNotReady(ctx, node.Name, "unreachable"); err != nil {
+	if err := c.markPodsNotReady(ctx, node.Name, state); err != nil {
 		return err
 	}
-	next, err := c.evictPods(ctx, node, at)
+	next, err := c.evictPods(ctx, node, now)
 	if next > 0 {
 		c.queue.AddAfter(node.Name, next+deadlineSlack)
 	}
@@ -214,18 +222,7 @@ func (c *Controller) syncNotReady(ctx context.Context, node *corev1.Node, now ti
 		_, err := c.setTaints(ctx, node, nil, corev1.TaintNodeNotReady)
 		return err
 	}
-	node, err := c.setTaints(ctx, node, notReadyTaints, "")
-	if err != nil {
-		return err
-	}
-	if err := c.markPodsNotReady(ctx, node.Name, "not ready"); err != nil {
-		return err
-	}
-	next, err := c.evictPods(ctx, node, now)
-	if next > 0 {
-		c.queue.AddAfter(node.Name, next+deadlineSlack)
-	}
-	return err
+	return c.takeOutOfService(ctx, node, notReadyTaints, "", "not ready", now)
 }
 
 // setTaints adds the taints of want the node lacks (timeAdded now) and
