@@ -66,7 +66,10 @@
 // (Services, EndpointSlices, this Node) and the bounded-frequency runner
 // (MinSyncPeriod with a burst of SyncBurst, full resync every SyncPeriod,
 // and a full sync whenever a data plane implementing IntegrityChecker finds
-// its state gone, checked every IntegrityCheckPeriod); a data plane
+// its state gone, checked every IntegrityCheckPeriod and, for a data plane
+// that is also a ChangeWatcher, within 100-500 ms of the kernel announcing
+// a deletion: nftables and iptables-nft through proxy/nfwatch;
+// iptables-legacy announces nothing); a data plane
 // implementing Preparer has its start-up work run beside the informers'
 // initial lists instead of in the first sync; SyncNow runs one sync
 // directly (tests, benchmarks). HealthHandler serves

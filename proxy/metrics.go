@@ -62,6 +62,7 @@ type Metrics struct {
 	InvalidInput      *prometheus.CounterVec // kind=service|endpointslice
 	ConntrackFailures prometheus.Counter
 	StateRepairs      *prometheus.CounterVec // mode, family: full syncs forced by a failed integrity check
+	IntegrityChecks   *prometheus.CounterVec // mode, family, trigger=period|event: integrity checks run
 
 	modeOnce sync.Once
 }
@@ -155,12 +156,15 @@ func NewMetrics() *Metrics {
 		StateRepairs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nodenet_proxy_state_repairs_total", Help: "Full syncs forced because the data plane's kernel state had been removed by someone else.",
 		}, []string{"mode", "family"}),
+		IntegrityChecks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodenet_proxy_integrity_checks_total", Help: "Checks whether the data plane's kernel state is still in place, by trigger: period (every IntegrityCheckPeriod) or event (the kernel announced a removal).",
+		}, []string{"mode", "family", "trigger"}),
 	}
 	reg.MustRegister(m.SyncProxyRulesLatency,
 		m.SyncProxyRulesLastTimestamp, m.SyncProxyRulesLastQueuedTimestamp, m.NetworkProgrammingLatency, m.NoLocalEndpoints,
 		m.EndpointChangesPending, m.EndpointChangesTotal, m.ServiceChangesPending, m.ServiceChangesTotal,
 		m.ProxyHealthzTotal, m.ProxyLivezTotal,
-		m.RulesProgrammed, m.RulesWritten, m.InvalidInput, m.ConntrackFailures, m.StateRepairs,
+		m.RulesProgrammed, m.RulesWritten, m.InvalidInput, m.ConntrackFailures, m.StateRepairs, m.IntegrityChecks,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }

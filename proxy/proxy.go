@@ -196,6 +196,14 @@ func (p *Proxy) RunLoop(ctx context.Context) {
 		defer tick.Stop()
 		integrity = tick.C
 	}
+	// Data planes that announce removals have them checked at once
+	// (coalesced, see changeDebounce), beside the periodic check.
+	changed := make(chan struct{}, 1)
+	var watchers sync.WaitGroup
+	defer watchers.Wait()
+	p.watchChanges(ctx, &watchers, changed)
+	var recheck <-chan time.Time
+	var lastRecheck time.Time
 	var retry <-chan time.Time
 	full := false
 	// As kube-proxy's SyncLoop: the health clock starts now, so a first
@@ -212,7 +220,19 @@ func (p *Proxy) RunLoop(ctx context.Context) {
 		case <-periodic.C:
 			full = true
 		case <-integrity:
-			if p.intact(ctx) {
+			if p.intact(ctx, "period") {
+				continue
+			}
+			full = true
+		case <-changed:
+			if recheck == nil {
+				wait := max(changeDebounce, time.Until(lastRecheck.Add(changeCheckInterval)))
+				recheck = time.After(wait)
+			}
+			continue
+		case <-recheck:
+			recheck, lastRecheck = nil, time.Now()
+			if p.intact(ctx, "event") {
 				continue
 			}
 			full = true
@@ -243,9 +263,64 @@ func (p *Proxy) RunLoop(ctx context.Context) {
 	}
 }
 
+// changeDebounce is how long after a data plane's first announcement of
+// a removal its state is checked: a flush or a sync announces one removal
+// per rule or element, and the check should see the burst's end.
+// changeCheckInterval spaces the checks so announced, so the proxy's own
+// syncs (which remove rules too) cost at most one check each.
+const (
+	changeDebounce      = 100 * time.Millisecond
+	changeCheckInterval = 500 * time.Millisecond
+	// watchRetry is the pause before subscribing again after a data
+	// plane's watch failed.
+	watchRetry = 5 * time.Second
+)
+
+// watchChanges starts a goroutine per data plane that is both an
+// IntegrityChecker and a ChangeWatcher, sending on changed (without
+// blocking: one pending signal is enough) whenever it announces a
+// removal, until ctx ends. A watch that fails is started again after
+// watchRetry, with a signal (what it missed meanwhile is unknown); a
+// backend without announcements leaves the periodic check alone.
+func (p *Proxy) watchChanges(ctx context.Context, wg *sync.WaitGroup, changed chan<- struct{}) {
+	signal := func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	for _, f := range p.fams {
+		dp := p.planes[f]
+		cw, can := dp.(ChangeWatcher)
+		if _, checks := dp.(IntegrityChecker); !can || !checks {
+			continue
+		}
+		wg.Go(func() {
+			for {
+				err := cw.WatchChanges(ctx, signal)
+				switch {
+				case ctx.Err() != nil:
+					return
+				case errors.Is(err, ErrNoChangeEvents):
+					p.log.Info("data-plane state checked periodically only", "mode", dp.Name(), "family", f, "period", p.cfg.IntegrityCheckPeriod, "reason", err)
+					return
+				}
+				p.log.Warn("watching data-plane state failed; retrying", "mode", dp.Name(), "family", f, "err", err, "after", watchRetry)
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(watchRetry):
+				}
+				signal()
+			}
+		})
+	}
+}
+
 // intact asks every data plane that can tell whether its state is still in
 // the kernel; an error counts as intact (the next check asks again).
-func (p *Proxy) intact(ctx context.Context) bool {
+// trigger ("period" or "event") labels the check in the metrics.
+func (p *Proxy) intact(ctx context.Context, trigger string) bool {
 	p.syncMu.Lock()
 	defer p.syncMu.Unlock()
 	ok := true
@@ -254,12 +329,13 @@ func (p *Proxy) intact(ctx context.Context) bool {
 		if !can {
 			continue
 		}
+		p.metrics.IntegrityChecks.WithLabelValues(p.planes[f].Name(), f.String(), trigger).Inc()
 		good, err := ic.Intact(ctx)
 		switch {
 		case err != nil:
 			p.log.Debug("integrity check failed", "mode", p.planes[f].Name(), "family", f, "err", err)
 		case !good:
-			p.log.Warn("data-plane state was removed behind the proxy's back; repairing with a full sync", "mode", p.planes[f].Name(), "family", f)
+			p.log.Warn("data-plane state was removed behind the proxy's back; repairing with a full sync", "mode", p.planes[f].Name(), "family", f, "noticed", trigger)
 			p.metrics.StateRepairs.WithLabelValues(p.planes[f].Name(), f.String()).Inc()
 			ok = false
 		}

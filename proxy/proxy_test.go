@@ -507,16 +507,23 @@ type damagedPlane struct {
 
 func (d *damagedPlane) Intact(context.Context) (bool, error) { return !d.damaged.Swap(false), nil }
 
-func TestIntegrityCheckForcesFullSync(t *testing.T) {
-	d := &damagedPlane{recordingPlane: &recordingPlane{}}
-	p, err := New(Config{NodeName: "n1", IntegrityCheckPeriod: 20 * time.Millisecond, MinSyncPeriod: time.Millisecond}, map[Family]DataPlane{IPv4: d})
+// runLoop runs a Proxy over dp in the background until the test ends.
+func runLoop(t *testing.T, integrityPeriod time.Duration, dp DataPlane) *Proxy {
+	t.Helper()
+	p, err := New(Config{NodeName: "n1", IntegrityCheckPeriod: integrityPeriod, MinSyncPeriod: time.Millisecond}, map[Family]DataPlane{IPv4: dp})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); p.RunLoop(ctx) }()
-	defer func() { cancel(); <-done }()
+	t.Cleanup(func() { cancel(); <-done })
+	return p
+}
+
+func TestIntegrityCheckForcesFullSync(t *testing.T) {
+	d := &damagedPlane{recordingPlane: &recordingPlane{}}
+	p := runLoop(t, 20*time.Millisecond, d)
 	syncs := func() int { d.mu.Lock(); defer d.mu.Unlock(); return len(d.syncs) }
 	waitSyncs := func(n int) {
 		t.Helper()
@@ -599,5 +606,74 @@ func TestUntranslatedFlows(t *testing.T) {
 	}
 	if !(anyFilter{&staleUDP{}, u}).MatchConntrackFlow(flow(6, "10.96.0.1", 80, "10.96.0.1", 80)) {
 		t.Error("anyFilter missed its second filter's match")
+	}
+}
+
+// announcingPlane announces removals through the channel the test feeds
+// and counts its integrity checks.
+type announcingPlane struct {
+	damagedPlane
+	announce chan struct{}
+	checks   atomic.Int32
+}
+
+func (a *announcingPlane) Intact(ctx context.Context) (bool, error) {
+	a.checks.Add(1)
+	return a.damagedPlane.Intact(ctx)
+}
+
+func (a *announcingPlane) WatchChanges(ctx context.Context, changed func()) error {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-a.announce:
+			changed()
+		}
+	}
+}
+
+// TestChangeEventsTriggerCoalescedCheck: with the periodic check an hour
+// away, a burst of announced removals is answered by one integrity check
+// (not one per announcement), which repairs at once when the state is
+// gone; announcements with the state intact cause no sync.
+func TestChangeEventsTriggerCoalescedCheck(t *testing.T) {
+	a := &announcingPlane{damagedPlane: damagedPlane{recordingPlane: &recordingPlane{}}, announce: make(chan struct{})}
+	p := runLoop(t, time.Hour, a)
+	syncs := func() int { a.mu.Lock(); defer a.mu.Unlock(); return len(a.syncs) }
+	wait := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); !ok(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s (%d syncs, %d checks)", what, syncs(), a.checks.Load())
+			}
+		}
+	}
+	wait("the first sync", func() bool { return syncs() == 1 })
+
+	burst := func() {
+		for range 50 {
+			a.announce <- struct{}{}
+		}
+	}
+	burst() // intact: checked, not synced
+	wait("a check", func() bool { return a.checks.Load() >= 1 })
+	time.Sleep(changeCheckInterval + 2*changeDebounce)
+	if n := a.checks.Load(); n != 1 {
+		t.Errorf("%d checks after a burst of 50 announcements, want 1", n)
+	}
+	if n := syncs(); n != 1 {
+		t.Errorf("%d syncs after announcements with the state intact, want 1", n)
+	}
+
+	a.damaged.Store(true)
+	burst()
+	// Within wait's 5 s, where the periodic check is an hour away.
+	wait("the repair", func() bool { return syncs() == 2 })
+	if _, cs := a.last(); !cs.Full {
+		t.Errorf("repair sync was not full: %+v", cs)
+	}
+	if got := metricValue(p.Metrics().IntegrityChecks.WithLabelValues("recording", "IPv4", "event")); got != 2 {
+		t.Errorf("event-triggered checks metric = %v, want 2", got)
 	}
 }

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -314,9 +315,6 @@ type SyncResult struct {
 	Total int
 }
 
-// DataPlane turns snapshots into kernel state for one IP family. The core
-// calls Sync from one goroutine only, never concurrently with itself or with
-// Cleanup.
 // IntegrityChecker is implemented by data planes that can tell cheaply
 // whether their kernel state is still in place: a firewall reload or an
 // admin's `nft flush ruleset` removes it behind the proxy's back, and
@@ -328,6 +326,26 @@ type IntegrityChecker interface {
 	Intact(ctx context.Context) (bool, error)
 }
 
+// ChangeWatcher is implemented by IntegrityCheckers whose kernel state
+// announces its own removal (nf_tables notifications, see proxy/nfwatch):
+// the core then checks Intact within a fraction of a second of a flush
+// instead of at the next IntegrityCheckPeriod. The announcements include
+// the data plane's own syncs, so the core coalesces them and answers each
+// burst with one Intact call, repairing only when it fails.
+type ChangeWatcher interface {
+	// WatchChanges calls changed (from any goroutine, without blocking
+	// on it) whenever state the data plane owns may have been removed,
+	// until ctx ends; it returns nil then. It returns ErrNoChangeEvents
+	// at once when this data plane's backend announces nothing, and any
+	// other error when watching failed; either way the periodic check
+	// goes on.
+	WatchChanges(ctx context.Context, changed func()) error
+}
+
+// ErrNoChangeEvents is WatchChanges' answer when the backend in use
+// cannot announce changes (iptables-legacy, a fake runner in tests).
+var ErrNoChangeEvents = errors.New("data plane backend announces no changes")
+
 // Preparer is implemented by data planes with start-up work that needs no
 // snapshot: the ebpf mode loads, verifies and attaches its programs. Run
 // calls Prepare while the informers make their initial lists, so the
@@ -337,6 +355,9 @@ type Preparer interface {
 	Prepare(ctx context.Context) error
 }
 
+// DataPlane turns snapshots into kernel state for one IP family. The core
+// calls Sync from one goroutine only, never concurrently with itself or with
+// Cleanup.
 type DataPlane interface {
 	// Sync makes the kernel match snap, rewriting at least the services in
 	// changed, in one atomic step. On error the core retries with a full

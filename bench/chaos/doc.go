@@ -25,7 +25,8 @@
 // named otherwise: kill -9 of the proxy, flanneld and the agent (found by
 // subcommand and network namespace inode in /proc, so another cluster's
 // daemons never match), then the controller manager and the API server in
-// the vpc namespace; the proxy's NODENET-SERVICES chain flushed by hand;
+// the vpc namespace; the proxy's services chain flushed by hand
+// (iptables: NODENET-SERVICES; nftables: nodenet-proxy's services);
 // flanneld's route to node-2's podCIDR deleted; node-2's VXLAN FDB entry
 // deleted (vxlan); node-3's host-local store moved onto a full tmpfs
 // while a pod starts (the CNI error, no reservation left behind, the

@@ -124,6 +124,7 @@ func faults(short bool, churnRate int) []Fault {
 		killFault("kill -9 controller-manager", "controller-manager", classDaemonKill, vpc, always),
 		killFault("kill -9 apiserver (embedded etcd)", "apiserver", classDaemonKill, vpc, apiHealthy),
 		{Name: "proxy rules flushed (iptables -t nat -F NODENET-SERVICES, node-1)", Inject: flushProxyRules, Applies: func(e *env) bool { return e.proxyMode == "iptables" }},
+		{Name: "proxy rules flushed (nft flush chain ip nodenet-proxy services, node-1)", Inject: flushNftProxyRules, Applies: func(e *env) bool { return e.proxyMode == "nftables" }},
 		{Name: "flanneld route to node-2's podCIDR deleted (node-1)", Inject: deleteRoute},
 		{Name: "VXLAN FDB entry of node-2 deleted (node-1)", Inject: deleteFDB, Applies: func(e *env) bool { return e.backend == "vxlan" }},
 		{Name: "IPAM store full (tmpfs) during pod creation (node-3)", Inject: diskFull},
@@ -137,7 +138,7 @@ func faults(short bool, churnRate int) []Fault {
 	if short {
 		// CI: one daemon of each kind on the node, one hand repair, the
 		// full store, a node restart (about 10 s), short churn.
-		return []Fault{all[0], all[1], all[2], all[6], all[8], all[11], all[12]}
+		return []Fault{all[0], all[1], all[2], all[7], all[9], all[12], all[13]}
 	}
 	return all
 }
@@ -173,6 +174,35 @@ func flushProxyRules(ctx context.Context, e *env) (Outcome, error) {
 		return err == nil && n >= before
 	})
 	o.Note = fmt.Sprintf("%s: %d rules flushed", bin, before)
+	return o, nil
+}
+
+// nftServicesRules counts the rules of the nftables proxy's services
+// chain in netns.
+func nftServicesRules(ctx context.Context, netns string) (int, error) {
+	out, err := run(ctx, "ip", "netns", "exec", netns, "nft", "-a", "list", "chain", "ip", "nodenet-proxy", "services")
+	if err != nil {
+		return 0, err
+	}
+	return strings.Count(out, "# handle "), nil
+}
+
+func flushNftProxyRules(ctx context.Context, e *env) (Outcome, error) {
+	ns := e.nodeNetns(1)
+	before, err := nftServicesRules(ctx, ns)
+	if err != nil || before == 0 {
+		return Outcome{}, fmt.Errorf("no nftables services rules in %s (is the proxy in nftables mode?): %v", ns, err)
+	}
+	o := Outcome{Start: time.Now()}
+	o.Restored = o.Start
+	if _, err := run(ctx, "ip", "netns", "exec", ns, "nft", "flush", "chain", "ip", "nodenet-proxy", "services"); err != nil {
+		return o, err
+	}
+	o.Green = waitFor(ctx, e.timeout, func() bool {
+		n, err := nftServicesRules(ctx, ns)
+		return err == nil && n >= before
+	})
+	o.Note = fmt.Sprintf("nft: %d rules flushed", before)
 	return o, nil
 }
 

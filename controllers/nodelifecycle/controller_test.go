@@ -101,22 +101,55 @@ func TestNodeLifecycle(t *testing.T) {
 
 func TestOnlyOwnUnknownIsRecovered(t *testing.T) {
 	s := testapi.Start(t)
-	ctx := testapi.Context(t)
 	createNode(t, s.Client, "n1")
 	startHeartbeat(t, s.Client, "n1")
 	// The node agent itself reports NotReady: a renewing lease must not
 	// overrule it.
-	n := getNode(t, s.Client, "n1")
-	setReady(n, corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "KubeletNotReady", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()})
-	if _, err := s.Client.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
-		t.Fatalf("set NotReady: %v", err)
-	}
+	setNodeReady(t, s.Client, "n1", corev1.ConditionFalse, "KubeletNotReady")
 	startController(t, s.Client)
 	time.Sleep(grace + time.Second)
-	n = getNode(t, s.Client, "n1")
+	n := getNode(t, s.Client, "n1")
 	if r := readyOf(n); r.Status != corev1.ConditionFalse || r.Reason != "KubeletNotReady" || unreachableTaintCount(n) != 0 {
-		t.Errorf("node: Ready=%s (%s), %d unreachable taints; want the agent's NotReady untouched and no taints", r.Status, r.Reason, unreachableTaintCount(n))
+		t.Errorf("node: Ready=%s (%s), %d unreachable taints; want the agent's NotReady untouched and no unreachable taints", r.Status, r.Reason, unreachableTaintCount(n))
 	}
+}
+
+// TestNotReadyTaint: a reachable node whose agent reports Ready=False gets
+// the not-ready NoSchedule and NoExecute taints, its pods are marked not
+// ready (their endpoints leave the Services) and those not tolerating
+// the NoExecute taint evicted, as upstream does; Ready=True again removes
+// the taints. The node's lease keeps renewing throughout, so none of it
+// is the unreachable path.
+func TestNotReadyTaint(t *testing.T) {
+	s := testapi.Start(t)
+	ctx := testapi.Context(t)
+	createNode(t, s.Client, "n1")
+	startHeartbeat(t, s.Client, "n1")
+	createReadyPod(t, s.Client, "web", "n1")
+	// Nothing tolerating not-ready (see TestEvictionAfterToleration for
+	// why an Equal toleration with another value).
+	createTolerantPod(t, s.Client, "intolerant", "n1", []corev1.Toleration{{Key: corev1.TaintNodeNotReady, Operator: corev1.TolerationOpEqual, Value: "another-value", Effect: corev1.TaintEffectNoExecute}})
+	startController(t, s.Client)
+	time.Sleep(time.Second)
+	if n := getNode(t, s.Client, "n1"); len(n.Spec.Taints) != 0 {
+		t.Fatalf("a Ready node has taints %v", n.Spec.Taints)
+	}
+
+	setNodeReady(t, s.Client, "n1", corev1.ConditionFalse, "NetworkNotReady")
+	testapi.Eventually(t, timeout, "not-ready taints", func() bool { return taintCount(getNode(t, s.Client, "n1"), corev1.TaintNodeNotReady) == 2 })
+	testapi.Eventually(t, timeout, "pod web not ready", func() bool {
+		return podCondition(t, s.Client, "web", corev1.PodReady).Status == corev1.ConditionFalse
+	})
+	testapi.Eventually(t, timeout, "pod intolerant evicted", func() bool {
+		p, err := s.Client.CoreV1().Pods("default").Get(ctx, "intolerant", metav1.GetOptions{})
+		return apierrors.IsNotFound(err) || err == nil && p.DeletionTimestamp != nil
+	})
+	if n := getNode(t, s.Client, "n1"); unreachableTaintCount(n) != 0 || readyOf(n).Reason != "NetworkNotReady" {
+		t.Errorf("node: Ready reason %q, %d unreachable taints; want the agent's condition and no unreachable taint", readyOf(n).Reason, unreachableTaintCount(n))
+	}
+
+	setNodeReady(t, s.Client, "n1", corev1.ConditionTrue, "KubeletReady")
+	testapi.Eventually(t, timeout, "not-ready taints removed", func() bool { return len(getNode(t, s.Client, "n1").Spec.Taints) == 0 })
 }
 
 func TestNewNodeWithoutLease(t *testing.T) {

@@ -35,7 +35,14 @@
 // pod is terminating: the EndpointSlice controller keeps its endpoint with
 // ready=false, terminating=true, and it leaves the Service when the pod is
 // gone, once the node agent confirms (when the node is back) or at once
-// for a grace period of 0. The node's node.kubernetes.io/not-ready taint
-// (for a node agent that posts Ready=False) is not set here: nodenet's node
-// agent only ever posts Ready=True, silence being its only way to fail.
+// for a grace period of 0.
+//
+// A node that heartbeats but reports Ready=False itself (nodenet's agent
+// does while no CNI conflist is installed: flanneld has not set the node's
+// network up) gets the node.kubernetes.io/not-ready NoSchedule and
+// NoExecute taints instead, as upstream's controller sets them: its pods
+// are marked not ready (their endpoints leave the Services) and evicted
+// once their toleration of the not-ready NoExecute taint runs out; the
+// taints go when the node reports any other Ready, and an unreachable
+// node's not-ready taints give way to the unreachable ones.
 package nodelifecycle

@@ -41,19 +41,20 @@ func evictionDelay(pod *corev1.Pod, taint *corev1.Taint) (delay time.Duration, f
 	return time.Duration(least) * time.Second, false
 }
 
-// noExecuteTaint is the node's unreachable NoExecute taint (nil: none).
+// noExecuteTaint is the node's unreachable or not-ready NoExecute taint
+// (nil: none).
 func noExecuteTaint(node *corev1.Node) *corev1.Taint {
 	for i := range node.Spec.Taints {
 		t := &node.Spec.Taints[i]
-		if t.Key == corev1.TaintNodeUnreachable && t.Effect == corev1.TaintEffectNoExecute {
+		if (t.Key == corev1.TaintNodeUnreachable || t.Key == corev1.TaintNodeNotReady) && t.Effect == corev1.TaintEffectNoExecute {
 			return t
 		}
 	}
 	return nil
 }
 
-// evictPods deletes the pods of an unreachable node whose tolerations of
-// the unreachable NoExecute taint ran out, as upstream's taint manager does:
+// evictPods deletes the pods of an unreachable or not-ready node whose
+// tolerations of its NoExecute taint ran out, as upstream's taint manager does:
 // the deletion makes them terminating (their endpoints leave the Services'
 // ready set and are marked terminating) and the API removes them once the
 // node agent confirms, or at once when their grace period is 0. It returns
@@ -93,10 +94,10 @@ func (c *Controller) evictPods(ctx context.Context, node *corev1.Node, now time.
 		// since the informer saw it from being deleted in its place.
 		err := c.client.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: metav1.NewUIDPreconditions(string(pod.UID))})
 		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-			errs = append(errs, fmt.Errorf("evict pod %s/%s from unreachable node %s: %w", pod.Namespace, pod.Name, node.Name, err))
+			errs = append(errs, fmt.Errorf("evict pod %s/%s from node %s (%s): %w", pod.Namespace, pod.Name, node.Name, taint.Key, err))
 			continue
 		}
-		c.log.Info("evicted pod from unreachable node", "pod", pod.Namespace+"/"+pod.Name, "node", node.Name, "tolerated", delay)
+		c.log.Info("evicted pod", "pod", pod.Namespace+"/"+pod.Name, "node", node.Name, "taint", taint.Key, "tolerated", delay)
 		c.recorder.Eventf(pod, corev1.EventTypeNormal, ReasonTaintManagerEviction, "Marking for deletion Pod %s/%s", pod.Namespace, pod.Name)
 	}
 	return next, errors.Join(errs...)

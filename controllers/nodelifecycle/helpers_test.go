@@ -145,14 +145,27 @@ func podCondition(t *testing.T, client kubernetes.Interface, name string, typ co
 	return corev1.PodCondition{}
 }
 
-func unreachableTaintCount(n *corev1.Node) int {
+func unreachableTaintCount(n *corev1.Node) int { return taintCount(n, corev1.TaintNodeUnreachable) }
+
+// taintCount counts the node's taints with key.
+func taintCount(n *corev1.Node, key string) int {
 	count := 0
 	for _, t := range n.Spec.Taints {
-		if t.Key == corev1.TaintNodeUnreachable {
+		if t.Key == key {
 			count++
 		}
 	}
 	return count
+}
+
+// setNodeReady posts the node's Ready condition as its agent would.
+func setNodeReady(t *testing.T, client kubernetes.Interface, name string, status corev1.ConditionStatus, reason string) {
+	t.Helper()
+	n := getNode(t, client, name)
+	setReady(n, corev1.NodeCondition{Type: corev1.NodeReady, Status: status, Reason: reason, LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()})
+	if _, err := client.CoreV1().Nodes().UpdateStatus(testapi.Context(t), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("set node %s Ready=%s: %v", name, status, err)
+	}
 }
 
 // assertHealthy fails if the node is not Ready=True without taints.

@@ -29,6 +29,13 @@ var unreachableTaints = []corev1.Taint{
 	{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute},
 }
 
+// notReadyTaints are what a node that reports Ready=False carries, the
+// same pair under node.kubernetes.io/not-ready, as upstream sets them.
+var notReadyTaints = []corev1.Taint{
+	{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoSchedule},
+	{Key: corev1.TaintNodeNotReady, Effect: corev1.TaintEffectNoExecute},
+}
+
 // deadlineSlack lets the deadline check run just after the grace period
 // ended rather than a hair before it.
 const deadlineSlack = 10 * time.Millisecond
@@ -56,7 +63,11 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	if left := observed.Add(c.opts.NodeMonitorGracePeriod).Sub(now); left > 0 {
 		c.setUnreachable(name, false)
 		c.queue.AddAfter(name, left+deadlineSlack)
-		return c.markReachable(ctx, node, lease)
+		node, err := c.markReachable(ctx, node, lease)
+		if err != nil {
+			return err
+		}
+		return c.syncNotReady(ctx, node, now)
 	}
 	c.setUnreachable(name, true)
 	return c.markUnreachable(ctx, node, now)
@@ -154,30 +165,33 @@ func (c *Controller) markUnreachable(ctx context.Context, node *corev1.Node, at 
 		c.log.Warn("node stopped heartbeating; marked unreachable", "node", node.Name, "grace", c.opts.NodeMonitorGracePeriod)
 		c.recorder.Eventf(node, corev1.EventTypeNormal, ReasonNodeNotReady, "Node %s status is now: NodeNotReady", node.Name)
 	}
-	if missing := missingTaints(node); len(missing) > 0 {
-		upd := node.DeepCopy()
-		for _, t := range missing {
-			t.TimeAdded = &now
-			upd.Spec.Taints = append(upd.Spec.Taints, t)
-		}
-		out, err := c.client.CoreV1().Nodes().Update(ctx, upd, metav1.UpdateOptions{})
-		if err != nil {
-			return fmt.Errorf("taint node %s unreachable: %w", node.Name, err)
-		}
-		node = out
-	}
-	if err := c.markPodsNotReady(ctx, node.Name); err != nil {
+	// An unreachable node's not-ready taints give way to the unreachable
+	// ones, as upstream swaps them.
+	return c.takeOutOfService(ctx, node, unreachableTaints, corev1.TaintNodeNotReady, "unreachable", at)
+}
+
+// takeOutOfService gives the node taints (dropping those with key drop),
+// marks its pods not ready (state says why) and evicts those whose
+// toleration of its NoExecute taint ran out, looking at the node again
+// when the next one's does.
+func (c *Controller) takeOutOfService(ctx context.Context, node *corev1.Node, taints []corev1.Taint, drop, state string, now time.Time) error {
+	node, err := c.setTaints(ctx, node, taints, drop)
+	if err != nil {
 		return err
 	}
-	next, err := c.evictPods(ctx, node, at)
+	if err := c.markPodsNotReady(ctx, node.Name, state); err != nil {
+		return err
+	}
+	next, err := c.evictPods(ctx, node, now)
 	if next > 0 {
 		c.queue.AddAfter(node.Name, next+deadlineSlack)
 	}
 	return err
 }
 
-// markReachable undoes what markUnreachable did to the node itself.
-func (c *Controller) markReachable(ctx context.Context, node *corev1.Node, lease *coordinationv1.Lease) error {
+// markReachable undoes what markUnreachable did to the node itself and
+// returns the node as it is now.
+func (c *Controller) markReachable(ctx context.Context, node *corev1.Node, lease *coordinationv1.Lease) (*corev1.Node, error) {
 	if lease != nil && lease.Spec.RenewTime != nil && markedByUs(node) {
 		upd := node.DeepCopy()
 		setReady(upd, corev1.NodeCondition{
@@ -188,30 +202,60 @@ func (c *Controller) markReachable(ctx context.Context, node *corev1.Node, lease
 		})
 		out, err := c.client.CoreV1().Nodes().UpdateStatus(ctx, upd, metav1.UpdateOptions{})
 		if err != nil {
-			return fmt.Errorf("set node %s Ready=True: %w", node.Name, err)
+			return nil, fmt.Errorf("set node %s Ready=True: %w", node.Name, err)
 		}
 		node = out
 		c.log.Info("node lease renewed; marked ready", "node", node.Name)
 		c.recorder.Eventf(node, corev1.EventTypeNormal, "NodeReady", "Node %s status is now: NodeReady", node.Name)
 	}
-	if len(missingTaints(node)) < len(unreachableTaints) {
-		upd := node.DeepCopy()
-		upd.Spec.Taints = nil
-		for _, t := range node.Spec.Taints {
-			if t.Key != corev1.TaintNodeUnreachable {
-				upd.Spec.Taints = append(upd.Spec.Taints, t)
-			}
-		}
-		if _, err := c.client.CoreV1().Nodes().Update(ctx, upd, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("untaint node %s: %w", node.Name, err)
-		}
-	}
-	return nil
+	return c.setTaints(ctx, node, nil, corev1.TaintNodeUnreachable)
 }
 
-func missingTaints(node *corev1.Node) []corev1.Taint {
+// syncNotReady handles a reachable node by what it reports itself: Ready
+// False (its agent found the node's network not ready) gets the
+// not-ready taints, its pods marked not ready (their endpoints leave the
+// Services) and evicted once their toleration of the NoExecute taint runs
+// out, as upstream does; any other Ready loses the not-ready taints.
+func (c *Controller) syncNotReady(ctx context.Context, node *corev1.Node, now time.Time) error {
+	ready := readyCondition(node)
+	if ready == nil || ready.Status != corev1.ConditionFalse {
+		_, err := c.setTaints(ctx, node, nil, corev1.TaintNodeNotReady)
+		return err
+	}
+	return c.takeOutOfService(ctx, node, notReadyTaints, "", "not ready", now)
+}
+
+// setTaints adds the taints of want the node lacks (timeAdded now) and
+// removes those with key drop ("": none), in one update if anything
+// changes, and returns the node as it is now.
+func (c *Controller) setTaints(ctx context.Context, node *corev1.Node, want []corev1.Taint, drop string) (*corev1.Node, error) {
+	missing := missingTaints(node, want)
+	upd := node.DeepCopy()
+	upd.Spec.Taints = nil
+	for _, t := range node.Spec.Taints {
+		if drop == "" || t.Key != drop {
+			upd.Spec.Taints = append(upd.Spec.Taints, t)
+		}
+	}
+	if len(missing) == 0 && len(upd.Spec.Taints) == len(node.Spec.Taints) {
+		return node, nil
+	}
+	now := metav1.Now()
+	for _, t := range missing {
+		t.TimeAdded = &now
+		upd.Spec.Taints = append(upd.Spec.Taints, t)
+	}
+	out, err := c.client.CoreV1().Nodes().Update(ctx, upd, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("update taints of node %s: %w", node.Name, err)
+	}
+	return out, nil
+}
+
+// missingTaints are the taints of want (by key and effect) node lacks.
+func missingTaints(node *corev1.Node, want []corev1.Taint) []corev1.Taint {
 	var missing []corev1.Taint
-	for _, want := range unreachableTaints {
+	for _, want := range want {
 		found := false
 		for _, t := range node.Spec.Taints {
 			found = found || (t.Key == want.Key && t.Effect == want.Effect)
@@ -225,7 +269,8 @@ func missingTaints(node *corev1.Node) []corev1.Taint {
 
 // markPodsNotReady sets Ready and ContainersReady False on the node's pods,
 // which takes them out of EndpointSlices.
-func (c *Controller) markPodsNotReady(ctx context.Context, nodeName string) error {
+// state says why, in the conditions' message ("unreachable", "not ready").
+func (c *Controller) markPodsNotReady(ctx context.Context, nodeName, state string) error {
 	objs, err := c.pods.ByIndex(podsByNode, nodeName)
 	if err != nil {
 		return fmt.Errorf("list pods of node %s: %w", nodeName, err)
@@ -243,7 +288,7 @@ func (c *Controller) markPodsNotReady(ctx context.Context, nodeName string) erro
 			if (cond.Type == corev1.PodReady || cond.Type == corev1.ContainersReady) && cond.Status != corev1.ConditionFalse {
 				cond.Status = corev1.ConditionFalse
 				cond.Reason = ReasonNodeNotReady
-				cond.Message = fmt.Sprintf("Node %s is unreachable", nodeName)
+				cond.Message = fmt.Sprintf("Node %s is %s", nodeName, state)
 				cond.LastTransitionTime = metav1.Now()
 				changed = true
 			}

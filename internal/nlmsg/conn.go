@@ -158,7 +158,7 @@ func (c *Conn) Execute(w *Writer, each func(Reply) error) error {
 		for len(d) > 0 {
 			var h unix.NlMsghdr
 			var body []byte
-			if h, body, d, err = next(d); err != nil {
+			if h, body, d, err = Next(d); err != nil {
 				return err
 			}
 			i := int(h.Seq - first)
@@ -271,9 +271,10 @@ func (c *Conn) receive() ([]byte, error) {
 	}
 }
 
-// next splits the first message off a datagram: its header, its body and
-// the rest of the datagram.
-func next(d []byte) (h unix.NlMsghdr, body, rest []byte, err error) {
+// Next splits the first message off a datagram (e.g. a notification read
+// from a multicast subscription): its header, its body and the rest of
+// the datagram.
+func Next(d []byte) (h unix.NlMsghdr, body, rest []byte, err error) {
 	if len(d) < HeaderLen {
 		return h, nil, nil, fmt.Errorf("malformed netlink message (%d bytes left in the datagram)", len(d))
 	}

@@ -24,7 +24,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte{0xff, 0xff, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, d []byte) {
 		for rest := d; len(rest) > 0; {
-			h, body, next, err := next(rest)
+			h, body, next, err := Next(rest)
 			if err != nil {
 				break
 			}
@@ -89,7 +89,7 @@ func FuzzWriterRoundTrip(f *testing.F) {
 		if err != nil {
 			t.Fatalf("Bytes: %v", err)
 		}
-		h, body, rest, err := next(b)
+		h, body, rest, err := Next(b)
 		if err != nil || len(rest) != 0 || int(h.Len) != len(b) {
 			t.Fatalf("one message expected: len %d of %d, rest %d, err %v", h.Len, len(b), len(rest), err)
 		}

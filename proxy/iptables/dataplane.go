@@ -10,3 +10,6 @@ var (
 	_ proxy.DataPlane        = (*Proxier)(nil)
 	_ proxy.IntegrityChecker = (*Proxier)(nil)
 )
+
+// With iptables-nft a Proxier announces removals (see WatchChanges).
+var _ proxy.ChangeWatcher = (*Proxier)(nil)

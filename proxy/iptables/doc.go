@@ -31,4 +31,10 @@
 // restore batching, the Fake and error classification live in
 // internal/iptables, shared with flanneld's and the CNI plugin's
 // masquerading so that every component programs the same backend.
+//
+// Intact checks canary rules; with iptables-nft, WatchChanges (through
+// proxy/nfwatch) has the core check them as soon as anything in the nat or
+// filter table is deleted (SetNetns names the namespace when the runner's
+// commands run elsewhere). iptables-legacy announces nothing: the core's
+// periodic check is its only one.
 package iptables

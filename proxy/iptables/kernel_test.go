@@ -1,6 +1,7 @@
 package iptables
 
 import (
+	"errors"
 	"net"
 	"strconv"
 	"strings"
@@ -153,5 +154,39 @@ func TestKernelRepairUnpoisonsClientTuples(t *testing.T) {
 	}
 	if err := dial(2 * time.Second); err != nil {
 		t.Fatalf("same 5-tuple after the repair: %v\nflows:\n%s", err, e.Node.MustExec(t, "conntrack", "-L", "-p", "tcp", "--sport", "41234"))
+	}
+}
+
+// TestKernelRepairOnDeletion: with iptables-nft, the proxy's services
+// chain flushed by hand, then the whole nat table, is noticed from the
+// kernel's nf_tables announcements and repaired within a second or so,
+// with no periodic check running; the proxy's own syncs force no repair.
+func TestKernelRepairOnDeletion(t *testing.T) {
+	nettest.RequirePrivileged(t)
+	proxytest.RepairSuite(t, func(t testing.TB, node *nettest.NS, f proxy.Family) proxy.DataPlane {
+		p := New(f, kernelRunner(node, f, ipt.NFT), testapi.Logger())
+		p.SetNetns(node.Name())
+		return p
+	},
+		proxytest.Damage{Name: "iptables-nft -t nat -F " + chainServices, Do: func(t testing.TB, node *nettest.NS) {
+			node.MustExec(t, "iptables-nft", "-t", "nat", "-F", chainServices)
+		}},
+		proxytest.Damage{Name: "iptables-nft -t nat -F", Do: func(t testing.TB, node *nettest.NS) {
+			node.MustExec(t, "iptables-nft", "-t", "nat", "-F")
+		}},
+	)
+}
+
+// TestWatchChangesLegacy: iptables-legacy announces nothing; the core
+// must be told so (and keep its periodic check) rather than wait for
+// events that never come.
+func TestWatchChangesLegacy(t *testing.T) {
+	p := New(proxy.IPv4, ipt.New(nil, ipt.IPv4, ipt.Legacy), testapi.Logger())
+	if err := p.WatchChanges(t.Context(), func() {}); !errors.Is(err, proxy.ErrNoChangeEvents) {
+		t.Fatalf("WatchChanges with iptables-legacy = %v; want ErrNoChangeEvents", err)
+	}
+	f := New(proxy.IPv4, ipt.NewFake(), testapi.Logger())
+	if err := f.WatchChanges(t.Context(), func() {}); !errors.Is(err, proxy.ErrNoChangeEvents) {
+		t.Fatalf("WatchChanges with a fake runner = %v; want ErrNoChangeEvents", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	ipt "github.com/nodenet/nodenet/internal/iptables"
 	"github.com/nodenet/nodenet/proxy"
+	"github.com/nodenet/nodenet/proxy/nfwatch"
 )
 
 // Proxier is the iptables proxy.DataPlane for one IP family.
@@ -26,6 +27,8 @@ type Proxier struct {
 	// servicesTail: the last full sync ended nat NODENET-SERVICES with
 	// the jump to NODENET-NODEPORTS, which Intact then looks for.
 	servicesTail bool
+	// netns is where the runner's commands run, for WatchChanges.
+	netns string
 }
 
 // programmed is what one service port has in the kernel.
@@ -41,6 +44,23 @@ func New(family proxy.Family, runner ipt.Runner, log *slog.Logger) *Proxier {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Proxier{family: family, runner: runner, log: log, services: map[proxy.ServicePortName]*programmed{}}
+}
+
+// SetNetns names the network namespace the runner's commands program (a
+// name `ip netns` knows or a path; default "": the proxy's own), which is
+// where WatchChanges listens. Call it before the proxy starts.
+func (p *Proxier) SetNetns(netns string) { p.netns = netns }
+
+// WatchChanges implements proxy.ChangeWatcher: with iptables-nft, every
+// deletion in nf_tables' nat and filter tables of the family (where
+// `iptables -F`, `-X` and a firewall reload remove the proxy's rules);
+// iptables-legacy announces nothing.
+func (p *Proxier) WatchChanges(ctx context.Context, changed func()) error {
+	b, ok := p.runner.(interface{ Backend() ipt.Backend })
+	if !ok || b.Backend() != ipt.NFT {
+		return fmt.Errorf("iptables runner %T: %w", p.runner, proxy.ErrNoChangeEvents)
+	}
+	return nfwatch.Watch(ctx, p.netns, nfwatch.Tables(p.family, tableNAT, tableFilter), changed)
 }
 
 // Name implements proxy.DataPlane.

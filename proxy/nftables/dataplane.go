@@ -10,3 +10,6 @@ var (
 	_ proxy.DataPlane        = (*Proxier)(nil)
 	_ proxy.IntegrityChecker = (*Proxier)(nil)
 )
+
+// A Proxier announces removals from its table (see WatchChanges).
+var _ proxy.ChangeWatcher = (*Proxier)(nil)

@@ -65,4 +65,8 @@
 // Rules are written in the canonical form `nft list` prints back, so golden
 // files, the stateful Fake and the kernel agree; the same contract test runs
 // against Fake and against the kernel in a throwaway namespace.
+//
+// Intact counts the services chain's rules; WatchChanges (through
+// proxy/nfwatch, in ExecRunner's Netns) has the core check it as soon as
+// anything in the table is deleted.
 package nftables

@@ -19,11 +19,31 @@ import (
 func TestKernel(t *testing.T) {
 	nettest.RequirePrivileged(t)
 	nettest.RequireTool(t, "nft")
-	proxytest.KernelSuite(t, func(t testing.TB, node *nettest.NS, f proxy.Family) proxy.DataPlane {
-		r := &ExecRunner{Netns: node.Name()}
-		t.Cleanup(func() { r.Close() })
-		return New(f, r, testapi.Logger())
-	})
+	proxytest.KernelSuite(t, kernelPlane)
+}
+
+// kernelPlane is a Proxier programming node.
+func kernelPlane(t testing.TB, node *nettest.NS, f proxy.Family) proxy.DataPlane {
+	r := &ExecRunner{Netns: node.Name()}
+	t.Cleanup(func() { r.Close() })
+	return New(f, r, testapi.Logger())
+}
+
+// TestKernelRepairOnDeletion: the proxy's table flushed, then deleted, by
+// hand is noticed from the kernel's nf_tables announcements and repaired
+// within a second or so, with no periodic check running; the proxy's own
+// syncs force no repair.
+func TestKernelRepairOnDeletion(t *testing.T) {
+	nettest.RequirePrivileged(t)
+	nettest.RequireTool(t, "nft")
+	proxytest.RepairSuite(t, kernelPlane,
+		proxytest.Damage{Name: "nft flush table ip " + TableName, Do: func(t testing.TB, node *nettest.NS) {
+			node.MustExec(t, "nft", "flush", "table", "ip", TableName)
+		}},
+		proxytest.Damage{Name: "nft delete table ip " + TableName, Do: func(t testing.TB, node *nettest.NS) {
+			node.MustExec(t, "nft", "delete", "table", "ip", TableName)
+		}},
+	)
 }
 
 // TestRuleEncoderMatchesNft sends every rule shape the netlink path

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/nodenet/nodenet/proxy"
+	"github.com/nodenet/nodenet/proxy/nfwatch"
 )
 
 // Proxier is the nftables proxy.DataPlane for one IP family.
@@ -612,4 +613,16 @@ func (p *Proxier) Cleanup(ctx context.Context) error {
 		return nil
 	}
 	return fmt.Errorf("cleanup nftables %s: %w", p.family, err)
+}
+
+// WatchChanges implements proxy.ChangeWatcher: every deletion in the
+// proxy's table (a flushed chain, `nft flush ruleset`, a deleted table)
+// in the namespace the runner programs. Only an ExecRunner reaches a
+// kernel; other runners have nothing to watch.
+func (p *Proxier) WatchChanges(ctx context.Context, changed func()) error {
+	r, ok := p.runner.(*ExecRunner)
+	if !ok {
+		return fmt.Errorf("nftables runner %T: %w", p.runner, proxy.ErrNoChangeEvents)
+	}
+	return nfwatch.Watch(ctx, r.Netns, nfwatch.Tables(p.family, TableName), changed)
 }

@@ -52,6 +52,10 @@ type Env struct {
 	API                      *testapi.Server
 	Kube                     kubernetes.Interface
 
+	// Config, when set, adjusts the core's configuration before
+	// StartProxy / StartProxyWith start it.
+	Config func(*proxy.Config)
+
 	newDP   NewDataPlane
 	mu      sync.Mutex
 	proxy   *proxy.Proxy
@@ -147,7 +151,7 @@ func (e *Env) StartProxy(t testing.TB) *proxy.Proxy {
 // StartProxyWith starts the proxy core driving planes (one per family).
 func (e *Env) StartProxyWith(t testing.TB, planes map[proxy.Family]proxy.DataPlane) *proxy.Proxy {
 	t.Helper()
-	p, err := proxy.New(proxy.Config{
+	cfg := proxy.Config{
 		NodeName:      NodeName,
 		ClusterCIDRs:  []netip.Prefix{netip.MustParsePrefix(ClusterCID), netip.MustParsePrefix(ClusterCID6)},
 		MinSyncPeriod: 50 * time.Millisecond,
@@ -163,7 +167,11 @@ func (e *Env) StartProxyWith(t testing.TB, planes map[proxy.Family]proxy.DataPla
 			return ln, err
 		},
 		Logger: testapi.Logger(),
-	}, planes)
+	}
+	if e.Config != nil {
+		e.Config(&cfg)
+	}
+	p, err := proxy.New(cfg, planes)
 	if err != nil {
 		t.Fatalf("new proxy: %v", err)
 	}

@@ -489,6 +489,8 @@ func metricNumber(m *dto.Metric) float64 {
 		return m.Counter.GetValue()
 	case m.Gauge != nil:
 		return m.Gauge.GetValue()
+	case m.Histogram != nil:
+		return float64(m.Histogram.GetSampleCount())
 	}
 	return 0
 }
