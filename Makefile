@@ -108,7 +108,7 @@ bench: build
 # in ~/.cache/nodenet/kind: the first run takes 45–75 min on 2 cores, later
 # ones a few minutes. The cluster stays up until `make kind-down`.
 # KIND_DATAPLANE=upstream makes the same cluster with upstream flannel +
-# kube-proxy instead (KIND_PROXY_MODES are then kube-proxy's). A proxy mode
+# kube-proxy instead, in KIND_UPSTREAM_MODES (kube-proxy's). A proxy mode
 # the nodes cannot run (ebpf on a cgroup v1 host) is skipped with the reason.
 # bench-kind: netperf on such a cluster, a fresh one per backend and data
 # plane (nodenet's modes, then upstream's KIND_UPSTREAM_MODES); report in
@@ -121,7 +121,7 @@ KIND_BENCH_BACKENDS ?= host-gw,vxlan
 kind-deps:
 	@./hack/deps.sh debootstrap
 kind: kind-deps build image
-	$(GO) run ./bench/kind up -backend $(KIND_BACKEND) -dataplane $(KIND_DATAPLANE) -proxy-modes $(KIND_PROXY_MODES)
+	$(GO) run ./bench/kind up -backend $(KIND_BACKEND) -dataplane $(KIND_DATAPLANE) -proxy-modes $(if $(filter upstream,$(KIND_DATAPLANE)),$(KIND_UPSTREAM_MODES),$(KIND_PROXY_MODES))
 
 kind-down:
 	$(GO) run ./bench/kind down
