@@ -88,6 +88,10 @@ spec:
 type scenario struct {
 	name, from, host string
 	ctl, data        int
+	// nodes whose conntrack statistics the TCP_CRR runs are watched on:
+	// the client's and the server's (none for the baseline, which no
+	// proxy rule touches).
+	nodes []string
 }
 
 func (k *kcluster) scenarios(ctx context.Context) ([]scenario, []scenario, error) {
@@ -111,12 +115,12 @@ func (k *kcluster) scenarios(ctx context.Context) ([]scenario, []scenario, error
 		return nil, nil, err
 	}
 	pods := []scenario{
-		{"pod-pod same node", "cli-a", a, ctlPort, dataPort},
-		{"pod-pod across nodes", "cli-a", b, ctlPort, dataPort},
-		{"pod-ClusterIP-pod", "cli-a", cip, ctlPort, svcDataPort},
-		{"outside-NodePort-pod", "host-cp", nodes[worker2Node], nodePortCtl, npDataPort},
+		{"pod-pod same node", "cli-a", a, ctlPort, dataPort, []string{workerNode}},
+		{"pod-pod across nodes", "cli-a", b, ctlPort, dataPort, []string{workerNode, worker2Node}},
+		{"pod-ClusterIP-pod", "cli-a", cip, ctlPort, svcDataPort, []string{workerNode, worker2Node}},
+		{"outside-NodePort-pod", "host-cp", nodes[worker2Node], nodePortCtl, npDataPort, []string{cpNode, worker2Node}},
 	}
-	base := []scenario{{"node-node", "host-a", nodes[worker2Node], hostCtlPort, hostDataPort}}
+	base := []scenario{{"node-node", "host-a", nodes[worker2Node], hostCtlPort, hostDataPort, nil}}
 	return pods, base, nil
 }
 
@@ -150,12 +154,27 @@ func (k *kcluster) measure(ctx context.Context, o options, plane string, scen []
 	for _, s := range scen {
 		for _, t := range netperfTests {
 			r := report.Result{Dataplane: plane, Scenario: s.name, Test: t.name, Unit: t.unit}
-			for i := 0; i < o.runs; i++ {
-				v, err := k.netperf(ctx, s, t.name, o.seconds)
-				if err != nil {
-					return res, fmt.Errorf("%s, %s, %s: %w", plane, s.name, t.name, err)
+			runs := func() error {
+				for i := 0; i < o.runs; i++ {
+					v, err := k.netperf(ctx, s, t.name, o.seconds)
+					if err != nil {
+						return fmt.Errorf("%s, %s, %s: %w", plane, s.name, t.name, err)
+					}
+					r.Values = append(r.Values, v)
 				}
-				r.Values = append(r.Values, v)
+				return nil
+			}
+			var err error
+			if t.name == "TCP_CRR" && len(s.nodes) > 0 {
+				r.Conntrack, err = k.crrDiagnostics(ctx, s.nodes, runs)
+			} else {
+				err = runs()
+			}
+			if err != nil {
+				return res, err
+			}
+			if len(r.Conntrack) > 0 {
+				k.p.note("%-28s %-22s %-10s conntrack: %s", plane, s.name, t.name, strings.Join(r.Conntrack, "; "))
 			}
 			k.p.note("%-28s %-22s %-10s median %s %s (runs %v)", plane, s.name, t.name, strconv.FormatFloat(report.Median(r.Values), 'f', 1, 64), t.unit, r.Values)
 			res = append(res, r)

@@ -321,6 +321,34 @@ func TestWrapperRewritesPrivileged(t *testing.T) {
 	}
 }
 
+func TestConntrackStats(t *testing.T) {
+	out := "cpu=0   \tfound=0 invalid=3 insert=0 insert_failed=1 drop=0 early_drop=0 error=0 search_restart=2 clash_resolve=0 chaintoolong=0 \n" +
+		"cpu=1   \tfound=200 invalid=4 insert=0 insert_failed=0 drop=5 early_drop=0 error=0 search_restart=0 clash_resolve=1 chaintoolong=0 \n"
+	s, err := parseConntrackStats(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s["invalid"] != 7 || s["insert_failed"] != 1 || s["drop"] != 5 || s["clash_resolve"] != 1 {
+		t.Fatalf("sums: %v", s)
+	}
+	if _, ok := s["found"]; ok {
+		t.Error("a counter that says nothing about refusals was kept")
+	}
+	if _, err := parseConntrackStats("conntrack v1.4.7: Operation failed\n"); err == nil {
+		t.Error("output without statistics accepted")
+	}
+	if _, err := parseConntrackStats("cpu=0 invalid=x\n"); err == nil {
+		t.Error("a non-number accepted")
+	}
+	after := map[string]int{"invalid": 19, "insert_failed": 1, "drop": 8}
+	if g := conntrackGrowth("w", s, after); g != "w: invalid +12, drop +3" {
+		t.Errorf("growth: %q", g)
+	}
+	if g := conntrackGrowth("w", s, s); g != "" {
+		t.Errorf("no growth: %q", g)
+	}
+}
+
 func TestComponentFor(t *testing.T) {
 	for ref, want := range map[string]string{
 		"registry.k8s.io/kube-apiserver:v1.37.2":  "kube-apiserver",
@@ -359,12 +387,13 @@ func TestReportFromRecordedData(t *testing.T) {
 		"| node-node | 1000 ±20% |",
 		"![TCP_STREAM](kind-netperf-tcp_stream.svg)",
 		"| kubernetes | v1.37.2 |",
+		"- nodenet host-gw iptables, pod-ClusterIP-pod, TCP_CRR: nodenet-worker: invalid +120",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
 		}
 	}
-	if _, ok := files["kind-netperf-tcp_crr.svg"]; ok {
+	if _, ok := files["kind-netperf-udp_rr.svg"]; ok {
 		t.Error("chart for a test that did not run")
 	}
 	svg := files["kind-netperf-tcp_rr.svg"]

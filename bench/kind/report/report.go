@@ -20,6 +20,10 @@ type Result struct {
 	Test      string    `json:"test"`      // TCP_STREAM, TCP_RR, TCP_CRR, UDP_RR
 	Unit      string    `json:"unit"`      // "Mbit/s", "trans/s"
 	Values    []float64 `json:"values"`
+	// Conntrack is what grew in the conntrack statistics of the client's
+	// and server's nodes over the runs ("nodenet-worker: invalid +12"),
+	// recorded for TCP_CRR.
+	Conntrack []string `json:"conntrack,omitempty"`
 }
 
 // Data is a results file: what ran, where, with which versions.
@@ -182,7 +186,24 @@ func Markdown(d Data, chartFiles map[string]string) string {
 			b.WriteString("\n")
 		}
 	}
+	b.WriteString(conntrackSection(d))
 	return b.String()
+}
+
+// conntrackSection lists the TCP_CRR results whose nodes' conntrack
+// statistics grew: a collapse of connections/s with invalid or dropped
+// packets beside it is the tracking's doing, not the forwarding's.
+func conntrackSection(d Data) string {
+	var b strings.Builder
+	for _, r := range d.Results {
+		if len(r.Conntrack) > 0 {
+			fmt.Fprintf(&b, "- %s, %s, %s: %s\n", r.Dataplane, r.Scenario, r.Test, strings.Join(r.Conntrack, "; "))
+		}
+	}
+	if b.Len() == 0 {
+		return ""
+	}
+	return "\n## Conntrack statistics that grew during TCP_CRR (`conntrack -S` on the client's and server's nodes)\n\n" + b.String()
 }
 
 func number(v float64) string {
