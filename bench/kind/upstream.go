@@ -253,9 +253,10 @@ spec:
 `, flannelNS, indent(flannelCNIConf), indent(flannelNetConf(backend)), flannelImageRef, flannelCNIBin, flanneldPath, apiHost, apiPort)
 }
 
-// deployUpstream loads the upstream images into the cluster kubeadm made
-// with kube-proxy, restarts kube-proxy on the image that carries its
-// userland, and applies the flannel manifest.
+// deployUpstream loads the upstream images (and nodenet's, which the
+// check workload runs) into the cluster kubeadm made with kube-proxy,
+// restarts kube-proxy on the image that carries its userland, and applies
+// the flannel manifest.
 func (k *kcluster) deployUpstream(ctx context.Context, repo, backend string) error {
 	dir := filepath.Join(k.c.root, "upstream-images")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -269,7 +270,9 @@ func (k *kcluster) deployUpstream(ctx context.Context, repo, backend string) err
 	}); err != nil {
 		return err
 	}
-	for _, a := range archives {
+	// nodenet's image too: not for the data plane, for the check
+	// workload's echo pods (nodenet echo), the same in both data planes.
+	for _, a := range append(archives, filepath.Join(repo, "bin", "nodenet-image.tar")) {
 		if err := k.load(ctx, a); err != nil {
 			return err
 		}
