@@ -14,8 +14,9 @@
 // a line every 30 s and its duration (progress.go).
 //
 // Data planes: nodenet (its DaemonSet, proxy modes iptables, nftables and
-// ebpf; ebpf only where every node has a cgroup v2 hierarchy and a bpf
-// file system, ebpf.go, and otherwise skipped with the reason) and
+// ebpf; ebpf only where every node has a cgroup v2 hierarchy that is a
+// cgroup of its own on the host and a bpf file system, ebpf.go, and
+// otherwise skipped with the reason) and
 // upstream (upstream.go): flanneld v0.28.10 deployed in the shape of
 // kube-flannel.yml with nodenet's flannel-compatible CNI plugin (flannel's
 // own is refused by the module proxy) and kube-proxy v1.37.2 deployed by

@@ -46,23 +46,33 @@ func TestParseArgsModesAndDataplanes(t *testing.T) {
 }
 
 func TestEBPFBlocker(t *testing.T) {
+	own := "/system.slice/docker-0123.scope" // a cgroup v2 host: the node is a cgroup of its own
 	for _, c := range []struct {
-		types []string
-		want  string // substring of the reason; "" when the mode can run
+		types  []string
+		hostV2 string
+		want   string // substring of the reason; "" when the mode can run
 	}{
-		{[]string{"cgroup2fs", "-", "bpf_fs"}, ""},                                            // cgroup v2 host
-		{[]string{"tmpfs", "cgroup2fs", "bpf_fs"}, ""},                                        // hybrid host
-		{[]string{"tmpfs", "-", "bpf_fs"}, "no cgroup v2 hierarchy (/sys/fs/cgroup is tmpfs"}, // this machine
-		{[]string{"cgroup2fs", "-", "sysfs"}, "/sys/fs/bpf is sysfs, not a bpf file system"},
-		{[]string{"tmpfs", "-"}, "could not read"},
+		{[]string{"cgroup2fs", "-", "bpf_fs"}, own, ""},
+		{[]string{"tmpfs", "cgroup2fs", "bpf_fs"}, own, ""},
+		// This machine: hybrid, the container in the v2 root.
+		{[]string{"tmpfs", "cgroup2fs", "bpf_fs"}, "/", "the node's cgroup v2 root is the machine's root cgroup"},
+		{[]string{"tmpfs", "-", "bpf_fs"}, "/", "no cgroup v2 hierarchy in the node (/sys/fs/cgroup is tmpfs"},
+		{[]string{"cgroup2fs", "-", "sysfs"}, own, "/sys/fs/bpf is sysfs, not a bpf file system"},
+		{[]string{"tmpfs", "-"}, own, "could not read"},
 	} {
-		got := ebpfBlocker("n1", c.types)
+		got := ebpfBlocker("n1", c.types, c.hostV2)
 		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
-			t.Errorf("%v: %q, want %q", c.types, got, c.want)
+			t.Errorf("%v %q: %q, want %q", c.types, c.hostV2, got, c.want)
 		}
 	}
-	if why := ebpfBlocker("n1", []string{"tmpfs", "-", "sysfs"}); !strings.Contains(why, "cgroup v2") || !strings.Contains(why, "bpf file system") {
+	if why := ebpfBlocker("n1", []string{"tmpfs", "-", "sysfs"}, "/"); !strings.Contains(why, "cgroup v2") || !strings.Contains(why, "bpf file system") {
 		t.Errorf("both reasons expected: %q", why)
+	}
+	if p := cgroupV2Path("4:memory:/x\n0::/system.slice/docker-1.scope\n"); p != "/system.slice/docker-1.scope" {
+		t.Errorf("cgroupV2Path: %q", p)
+	}
+	if p := cgroupV2Path("4:memory:/x\n"); p != "" {
+		t.Errorf("v1 only: %q", p)
 	}
 }
 
