@@ -109,7 +109,7 @@ bench: build
 # ones a few minutes. The cluster stays up until `make kind-down`.
 # KIND_DATAPLANE=upstream makes the same cluster with upstream flannel +
 # kube-proxy instead, in KIND_UPSTREAM_MODES (kube-proxy's). A proxy mode
-# the nodes cannot run (ebpf on a cgroup v1 host) is skipped with the reason.
+# the nodes cannot run (ebpf where a node's cgroup v2 root is the machine's: cgroup v1 and hybrid hosts) is skipped with the reason.
 # bench-kind: netperf on such a cluster, a fresh one per backend and data
 # plane (nodenet's modes, then upstream's KIND_UPSTREAM_MODES); report in
 # bench/results/.

@@ -61,7 +61,7 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.repo, "repo", ".", "nodenet source tree")
 	fs.StringVar(&o.cacheRoot, "cache", root, "where built artifacts are kept")
 	backends := fs.String("backend", "host-gw", "flanneld backend: host-gw or vxlan (bench: a comma-separated list, a fresh cluster each)")
-	modes := fs.String("proxy-modes", "iptables,nftables,ebpf", "nodenet proxy modes to check (up) or measure (bench), in order; a mode the nodes cannot run (ebpf on a cgroup v1 host) is skipped with the reason")
+	modes := fs.String("proxy-modes", "iptables,nftables,ebpf", "nodenet proxy modes to check (up) or measure (bench), in order; a mode the nodes cannot run (ebpf where a node's cgroup v2 root is the machine's: cgroup v1 and hybrid hosts) is skipped with the reason")
 	fs.StringVar(&o.dataplane, "dataplane", "nodenet", "up: nodenet, or upstream (flannel "+upstream.FlanneldVersion+" + kube-proxy "+kubernetesVersion+"; -proxy-modes are then kube-proxy's)")
 	upModes := fs.String("upstream-modes", "iptables,nftables", "bench: kube-proxy modes of the upstream data plane measured beside nodenet, or none")
 	fs.StringVar(&o.data, "data", "bench/results/kind-netperf.json", "results file")
