@@ -33,7 +33,8 @@ type Data struct {
 	Machine  map[string]string `json:"machine"`
 	Versions map[string]string `json:"versions"`
 	Results  []Result          `json:"results"`
-	// Notes are what did not run and why ("nodenet host-gw ebpf not run:
+	// Notes are what did not run and why, and caveats of the data
+	// ("nodenet host-gw ebpf not run:
 	// …").
 	Notes []string `json:"notes,omitempty"`
 }
@@ -138,7 +139,7 @@ func Markdown(d Data, chartFiles map[string]string) string {
 		fmt.Fprintf(&b, "| %s | %s |\n", k, d.Versions[k])
 	}
 	if len(d.Notes) > 0 {
-		b.WriteString("\nNot measured:\n\n")
+		b.WriteString("\nNotes (what did not run, and caveats of the data):\n\n")
 		for _, n := range d.Notes {
 			fmt.Fprintf(&b, "- %s\n", n)
 		}
