@@ -34,8 +34,7 @@ type Data struct {
 	Versions map[string]string `json:"versions"`
 	Results  []Result          `json:"results"`
 	// Notes are what did not run and why, and caveats of the data
-	// ("nodenet host-gw ebpf not run:
-	// …").
+	// ("nodenet host-gw ebpf not run: …").
 	Notes []string `json:"notes,omitempty"`
 }
 
