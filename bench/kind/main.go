@@ -90,13 +90,12 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	default:
 		return o, fmt.Errorf("-dataplane %q: nodenet or upstream", o.dataplane)
 	}
-	var err2 error
-	if o.modes, err2 = parseModes("-proxy-modes", *modes, o.dataplane == upstreamName); err2 != nil {
-		return o, err2
+	if o.modes, err = parseModes("-proxy-modes", *modes, o.dataplane == upstreamName); err != nil {
+		return o, err
 	}
 	if *upModes != "none" {
-		if o.upstream, err2 = parseModes("-upstream-modes", *upModes, true); err2 != nil {
-			return o, err2
+		if o.upstream, err = parseModes("-upstream-modes", *upModes, true); err != nil {
+			return o, err
 		}
 	}
 	if o.runs < 1 || o.seconds < 1 {
