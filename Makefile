@@ -107,21 +107,27 @@ bench: build
 # DaemonSet, traffic checked in every proxy mode. Everything built is cached
 # in ~/.cache/nodenet/kind: the first run takes 45–75 min on 2 cores, later
 # ones a few minutes. The cluster stays up until `make kind-down`.
-# bench-kind: netperf on such a cluster, a fresh one per backend; report in
+# KIND_DATAPLANE=upstream makes the same cluster with upstream flannel +
+# kube-proxy instead, in KIND_UPSTREAM_MODES (kube-proxy's). A proxy mode
+# the nodes cannot run (ebpf where a node's cgroup v2 root is the machine's: cgroup v1 and hybrid hosts) is skipped with the reason.
+# bench-kind: netperf on such a cluster, a fresh one per backend and data
+# plane (nodenet's modes, then upstream's KIND_UPSTREAM_MODES); report in
 # bench/results/.
 KIND_BACKEND ?= host-gw
-KIND_PROXY_MODES ?= iptables,nftables
+KIND_DATAPLANE ?= nodenet
+KIND_PROXY_MODES ?= iptables,nftables,ebpf
+KIND_UPSTREAM_MODES ?= iptables,nftables
 KIND_BENCH_BACKENDS ?= host-gw,vxlan
 kind-deps:
 	@./hack/deps.sh debootstrap
 kind: kind-deps build image
-	$(GO) run ./bench/kind up -backend $(KIND_BACKEND) -proxy-modes $(KIND_PROXY_MODES)
+	$(GO) run ./bench/kind up -backend $(KIND_BACKEND) -dataplane $(KIND_DATAPLANE) -proxy-modes $(if $(filter upstream,$(KIND_DATAPLANE)),$(KIND_UPSTREAM_MODES),$(KIND_PROXY_MODES))
 
 kind-down:
 	$(GO) run ./bench/kind down
 
 bench-kind: kind-deps build image
-	$(GO) run ./bench/kind bench -backend $(KIND_BENCH_BACKENDS) -proxy-modes $(KIND_PROXY_MODES)
+	$(GO) run ./bench/kind bench -backend $(KIND_BENCH_BACKENDS) -proxy-modes $(KIND_PROXY_MODES) -upstream-modes $(KIND_UPSTREAM_MODES)
 
 # chaos: the chaos suite (bench/chaos, issue 17): a 3-node cluster per
 # backend under steady load, faults injected one at a time (daemon kill -9,

@@ -14,18 +14,31 @@ import (
 
 	"github.com/nodenet/nodenet/bench/kind/report"
 	"github.com/nodenet/nodenet/internal/atomicfile"
+	"github.com/nodenet/nodenet/internal/upstream"
 )
 
 const benchNS = "nodenet-bench"
 
 // Ports: netperf's control connection, and its data connection fixed with
-// the test option -P so a Service can carry it. The data port is inside
-// the NodePort range and is the Service port, target port and NodePort at
-// once: netserver listens on whatever port the client names, so the port
-// the client dials must be the one the pod listens on.
+// the test option -P so a Service can carry it. netserver listens on
+// whatever data port the client names, so the port the client dials must
+// be the one the pod listens on: through a Service, each data port is the
+// Service port, target port and NodePort at once (inside the NodePort
+// range).
+//
+// Each path to srv-b has a data port of its own (pod → pod, pod →
+// ClusterIP, outside → NodePort): netperf's TCP_CRR binds its local ports
+// itself, counting up from a start drawn from its pid, so with one data
+// port the runs of different paths reuse each other's 4-tuples
+// (cli-a:port → srv-b:data) while srv-b still holds them in TIME_WAIT, and
+// a figure for one path would depend on which path ran before it. What
+// that reuse does and does not explain about TCP_CRR through a ClusterIP
+// is in README.md ("TCP_CRR through a ClusterIP").
 const (
 	ctlPort      = 12865
-	dataPort     = 30866
+	dataPort     = 30866 // pod → pod (srv-a, srv-b directly)
+	svcDataPort  = 30867 // pod → ClusterIP → srv-b
+	npDataPort   = 30868 // outside → NodePort → srv-b
 	nodePortCtl  = 30865
 	hostCtlPort  = 22865 // host-network netserver of the baseline
 	hostDataPort = 22866
@@ -63,16 +76,22 @@ spec:
     app: srv-b
   ports:
   - {name: ctl, port: %d, targetPort: %d, nodePort: %d, protocol: TCP}
-  - {name: data, port: %d, targetPort: %d, nodePort: %d, protocol: TCP}
-  - {name: data-udp, port: %d, targetPort: %d, nodePort: %d, protocol: UDP}
+  - {name: svc-data, port: %[5]d, targetPort: %[5]d, nodePort: %[5]d, protocol: TCP}
+  - {name: svc-data-udp, port: %[5]d, targetPort: %[5]d, nodePort: %[5]d, protocol: UDP}
+  - {name: np-data, port: %[6]d, targetPort: %[6]d, nodePort: %[6]d, protocol: TCP}
+  - {name: np-data-udp, port: %[6]d, targetPort: %[6]d, nodePort: %[6]d, protocol: UDP}
 ---
-`, benchNS, ctlPort, ctlPort, nodePortCtl, dataPort, dataPort, dataPort, dataPort, dataPort, dataPort)
+`, benchNS, ctlPort, ctlPort, nodePortCtl, svcDataPort, npDataPort)
 }
 
 // scenario is where a netperf client runs and what it dials.
 type scenario struct {
 	name, from, host string
 	ctl, data        int
+	// nodes whose conntrack statistics the TCP_CRR runs are watched on:
+	// the client's and the server's (none for the baseline, which no
+	// proxy rule touches).
+	nodes []string
 }
 
 func (k *kcluster) scenarios(ctx context.Context) ([]scenario, []scenario, error) {
@@ -96,12 +115,12 @@ func (k *kcluster) scenarios(ctx context.Context) ([]scenario, []scenario, error
 		return nil, nil, err
 	}
 	pods := []scenario{
-		{"pod-pod same node", "cli-a", a, ctlPort, dataPort},
-		{"pod-pod across nodes", "cli-a", b, ctlPort, dataPort},
-		{"pod-ClusterIP-pod", "cli-a", cip, ctlPort, dataPort},
-		{"outside-NodePort-pod", "host-cp", nodes[worker2Node], nodePortCtl, dataPort},
+		{"pod-pod same node", "cli-a", a, ctlPort, dataPort, []string{workerNode}},
+		{"pod-pod across nodes", "cli-a", b, ctlPort, dataPort, []string{workerNode, worker2Node}},
+		{"pod-ClusterIP-pod", "cli-a", cip, ctlPort, svcDataPort, []string{workerNode, worker2Node}},
+		{"outside-NodePort-pod", "host-cp", nodes[worker2Node], nodePortCtl, npDataPort, []string{cpNode, worker2Node}},
 	}
-	base := []scenario{{"node-node", "host-a", nodes[worker2Node], hostCtlPort, hostDataPort}}
+	base := []scenario{{"node-node", "host-a", nodes[worker2Node], hostCtlPort, hostDataPort, nil}}
 	return pods, base, nil
 }
 
@@ -135,12 +154,27 @@ func (k *kcluster) measure(ctx context.Context, o options, plane string, scen []
 	for _, s := range scen {
 		for _, t := range netperfTests {
 			r := report.Result{Dataplane: plane, Scenario: s.name, Test: t.name, Unit: t.unit}
-			for i := 0; i < o.runs; i++ {
-				v, err := k.netperf(ctx, s, t.name, o.seconds)
-				if err != nil {
-					return res, fmt.Errorf("%s, %s, %s: %w", plane, s.name, t.name, err)
+			runs := func() error {
+				for i := 0; i < o.runs; i++ {
+					v, err := k.netperf(ctx, s, t.name, o.seconds)
+					if err != nil {
+						return fmt.Errorf("%s, %s, %s: %w", plane, s.name, t.name, err)
+					}
+					r.Values = append(r.Values, v)
 				}
-				r.Values = append(r.Values, v)
+				return nil
+			}
+			var err error
+			if t.name == "TCP_CRR" && len(s.nodes) > 0 {
+				r.Conntrack, err = k.crrDiagnostics(ctx, s.nodes, runs)
+			} else {
+				err = runs()
+			}
+			if err != nil {
+				return res, err
+			}
+			if len(r.Conntrack) > 0 {
+				k.p.note("%-28s %-22s %-10s conntrack: %s", plane, s.name, t.name, strings.Join(r.Conntrack, "; "))
 			}
 			k.p.note("%-28s %-22s %-10s median %s %s (runs %v)", plane, s.name, t.name, strconv.FormatFloat(report.Median(r.Values), 'f', 1, 64), t.unit, r.Values)
 			res = append(res, r)
@@ -154,8 +188,8 @@ func (k *kcluster) measure(ctx context.Context, o options, plane string, scen []
 // the results and the report. Results measured before a failure are kept.
 func (k *kcluster) bench(ctx context.Context, o options, repo string) error {
 	data := report.Data{Date: time.Now().UTC().Format("2006-01-02 15:04 MST"),
-		Command: fmt.Sprintf("make bench-kind (go run ./bench/kind bench -backend %s -proxy-modes %s -runs %d -seconds %d)",
-			strings.Join(o.backends, ","), strings.Join(o.modes, ","), o.runs, o.seconds),
+		Command: fmt.Sprintf("make bench-kind (go run ./bench/kind bench -backend %s -proxy-modes %s -upstream-modes %s -runs %d -seconds %d)",
+			strings.Join(o.backends, ","), strings.Join(o.modes, ","), upstreamModesArg(o.upstream), o.runs, o.seconds),
 		Machine:  machine(),
 		Versions: versions()}
 	var err error
@@ -175,8 +209,24 @@ func (k *kcluster) bench(ctx context.Context, o options, repo string) error {
 	return err
 }
 
+// benchBackend measures one backend: nodenet's modes on a fresh cluster
+// (and the baseline there, if asked), then upstream's on another.
 func (k *kcluster) benchBackend(ctx context.Context, o options, repo, backend string, baseline bool, data *report.Data) error {
-	if err := k.up(ctx, options{backends: []string{backend}, modes: o.modes[:1]}, repo); err != nil {
+	if err := k.benchPlane(ctx, o, repo, "nodenet", backend, o.modes, baseline, data); err != nil {
+		return err
+	}
+	if len(o.upstream) == 0 {
+		return nil
+	}
+	return k.benchPlane(ctx, o, repo, upstreamName, backend, o.upstream, false, data)
+}
+
+// benchPlane brings up a cluster with the data plane dp and measures each
+// of its modes, checking traffic before each.
+func (k *kcluster) benchPlane(ctx context.Context, o options, repo, dp, backend string, modes []string, baseline bool, data *report.Data) error {
+	modes, notes, err := k.bringUp(ctx, repo, dp, backend, modes)
+	data.Notes = append(data.Notes, notes...)
+	if err != nil {
 		return err
 	}
 	if err := k.load(ctx, k.b.benchImage); err != nil {
@@ -203,13 +253,16 @@ func (k *kcluster) benchBackend(ctx context.Context, o options, repo, backend st
 			return err
 		}
 	}
-	for i, m := range o.modes {
+	for i, m := range modes {
 		if i > 0 {
-			if err := k.switchProxy(ctx, m); err != nil {
+			if err := k.switchMode(ctx, dp, m); err != nil {
 				return err
 			}
 		}
-		plane := "nodenet " + backend + " " + m
+		plane := planeName(dp, backend, m)
+		if err := k.checkTraffic(ctx, plane); err != nil {
+			return err
+		}
 		if err := k.p.step(ctx, "netperf: "+plane, func(ctx context.Context) error {
 			r, err := k.measure(ctx, o, plane, pods)
 			data.Results = append(data.Results, r...)
@@ -219,6 +272,13 @@ func (k *kcluster) benchBackend(ctx context.Context, o options, repo, backend st
 		}
 	}
 	return nil
+}
+
+func upstreamModesArg(modes []string) string {
+	if len(modes) == 0 {
+		return "none"
+	}
+	return strings.Join(modes, ",")
 }
 
 func writeData(path string, d report.Data) error {
@@ -305,7 +365,9 @@ func machine() map[string]string {
 
 func versions() map[string]string {
 	v := map[string]string{"kubernetes": kubernetesVersion, "kind": kindVersion, "etcd": etcdVersion,
-		"crictl": crictlVersion, "go": runtime.Version(), "node OS": "Debian " + debianSuite}
+		"crictl": crictlVersion, "go": runtime.Version(), "node OS": "Debian " + debianSuite,
+		"upstream flannel":    upstream.FlanneldVersion + " (flanneld; CNI plugin: nodenet-cni as /opt/cni/bin/flannel)",
+		"upstream kube-proxy": kubernetesVersion}
 	if out, err := exec.Command("git", "describe", "--always", "--dirty").Output(); err == nil {
 		v["nodenet"] = strings.TrimSpace(string(out))
 	}

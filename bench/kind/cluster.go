@@ -20,12 +20,14 @@ const (
 )
 
 // kindConfig is one control-plane and two workers, without kind's CNI
-// and, unless kubeProxy, without kube-proxy; no DNS addon (no CoreDNS
-// image here). kubelet 1.37 refuses a cgroup v1 host unless told.
-func kindConfig(kubeProxy bool) string {
+// and, when kubeProxyMode is "", without kube-proxy; otherwise kubeadm
+// deploys kube-proxy in that mode, as it does on any kubeadm cluster. No
+// DNS addon (no CoreDNS image here). kubelet 1.37 refuses a cgroup v1
+// host unless told.
+func kindConfig(kubeProxyMode string) string {
 	mode, skip := "none", "[preflight, addon/kube-proxy, addon/coredns]"
-	if kubeProxy {
-		mode, skip = "iptables", "[preflight, addon/coredns]"
+	if kubeProxyMode != "" {
+		mode, skip = kubeProxyMode, "[preflight, addon/coredns]"
 	}
 	return fmt.Sprintf(`kind: Cluster
 apiVersion: kind.x-k8s.io/v1alpha4
@@ -98,10 +100,10 @@ func (k *kcluster) apply(ctx context.Context, manifest string) error {
 
 // create makes the cluster and waits for the API server (nodes stay
 // NotReady until a CNI runs).
-func (k *kcluster) create(ctx context.Context, kubeProxy bool) error {
+func (k *kcluster) create(ctx context.Context, kubeProxyMode string) error {
 	return k.p.step(ctx, "kind create cluster (1 control-plane, 2 workers)", func(ctx context.Context) error {
 		cfg := filepath.Join(k.c.root, "kind-config.yaml")
-		if err := os.WriteFile(cfg, []byte(kindConfig(kubeProxy)), 0o644); err != nil {
+		if err := os.WriteFile(cfg, []byte(kindConfig(kubeProxyMode)), 0o644); err != nil {
 			return err
 		}
 		return k.kindCmd(ctx, "create", "cluster", "--name", clusterName, "--image", k.b.nodeImage,

@@ -13,6 +13,17 @@
 // from non-free, iperf3: images.go, apt.go). Each step prints its start,
 // a line every 30 s and its duration (progress.go).
 //
+// Data planes: nodenet (its DaemonSet, proxy modes iptables, nftables and
+// ebpf; ebpf only where every node has a cgroup v2 hierarchy that is a
+// cgroup of its own on the host and a bpf file system, ebpf.go, and
+// otherwise skipped with the reason) and
+// upstream (upstream.go): flanneld v0.28.10 deployed in the shape of
+// kube-flannel.yml with nodenet's flannel-compatible CNI plugin (flannel's
+// own is refused by the module proxy) and kube-proxy v1.37.2 deployed by
+// kubeadm's addon, each in an image built on the same Debian userland
+// layer as nodenet's. The benchmark measures each on a fresh cluster of
+// the same shape and judges issue 15's targets in the report.
+//
 // This Docker refuses --privileged, so kind runs behind a docker wrapper
 // that asks for the same privileges one by one (docker.go); the other
 // local workarounds are in nodeimage.go and cluster.go. See README.md.

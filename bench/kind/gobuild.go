@@ -161,11 +161,17 @@ func buildGo(ctx context.Context, p *progress, c cache, r goRecipe) (string, err
 // buildPause builds this directory's pause program, the pod sandbox's
 // only process.
 func buildPause(ctx context.Context, repo, out string) error {
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w -buildid=", "-o", out, "./bench/kind/pause")
+	return goBuildRepo(ctx, repo, "./bench/kind/pause", out)
+}
+
+// goBuildRepo builds a main package of the nodenet repository as a
+// static binary (it runs in images without a libc).
+func goBuildRepo(ctx context.Context, repo, pkg, out string) error {
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-ldflags=-s -w -buildid=", "-o", out, pkg)
 	cmd.Dir = repo
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build pause: %w: %s", err, b)
+		return fmt.Errorf("go build %s: %w: %s", pkg, err, b)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -10,11 +11,169 @@ import (
 	"strings"
 	"testing"
 
+	"sigs.k8s.io/yaml"
+
 	"github.com/nodenet/nodenet/bench/kind/report"
 )
 
 // These tests are the tool's CI self-test: no Docker, no builds, no
 // network.
+
+func TestParseArgsModesAndDataplanes(t *testing.T) {
+	o, err := parseArgs([]string{"bench"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(o.modes, ",") != "iptables,nftables,ebpf" || strings.Join(o.upstream, ",") != "iptables,nftables" || o.dataplane != "nodenet" {
+		t.Fatalf("defaults: %+v", o)
+	}
+	if o, err := parseArgs([]string{"bench", "-upstream-modes", "none"}, io.Discard); err != nil || len(o.upstream) != 0 {
+		t.Fatalf("-upstream-modes none: %+v, %v", o, err)
+	}
+	if o, err := parseArgs([]string{"up", "-dataplane", "upstream", "-proxy-modes", "nftables"}, io.Discard); err != nil || o.dataplane != "upstream" || o.modes[0] != "nftables" {
+		t.Fatalf("upstream up: %+v, %v", o, err)
+	}
+	for _, bad := range [][]string{
+		{"up", "-dataplane", "upstream", "-proxy-modes", "ebpf"}, // kube-proxy has no ebpf mode
+		{"bench", "-upstream-modes", "ebpf"},
+		{"bench", "-upstream-modes", "ipvs"},
+		{"up", "-dataplane", "cilium"},
+	} {
+		if _, err := parseArgs(bad, io.Discard); err == nil {
+			t.Errorf("%q: accepted", bad)
+		}
+	}
+}
+
+func TestEBPFBlocker(t *testing.T) {
+	own := "/system.slice/docker-0123.scope" // a cgroup v2 host: the node is a cgroup of its own
+	for _, c := range []struct {
+		types  []string
+		hostV2 string
+		want   string // substring of the reason; "" when the mode can run
+	}{
+		{[]string{"cgroup2fs", "-", "bpf_fs"}, own, ""},
+		{[]string{"tmpfs", "cgroup2fs", "bpf_fs"}, own, ""},
+		// This machine: hybrid, the container in the v2 root.
+		{[]string{"tmpfs", "cgroup2fs", "bpf_fs"}, "/", "the node's cgroup v2 root is the machine's root cgroup"},
+		{[]string{"tmpfs", "-", "bpf_fs"}, "/", "no cgroup v2 hierarchy in the node (/sys/fs/cgroup is tmpfs"},
+		{[]string{"cgroup2fs", "-", "sysfs"}, own, "/sys/fs/bpf is sysfs, not a bpf file system"},
+		{[]string{"tmpfs", "-"}, own, "could not read"},
+	} {
+		got := ebpfBlocker("n1", c.types, c.hostV2)
+		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("%v %q: %q, want %q", c.types, c.hostV2, got, c.want)
+		}
+	}
+	if why := ebpfBlocker("n1", []string{"tmpfs", "-", "sysfs"}, "/"); !strings.Contains(why, "cgroup v2") || !strings.Contains(why, "bpf file system") {
+		t.Errorf("both reasons expected: %q", why)
+	}
+	if p := cgroupV2Path("4:memory:/x\n0::/system.slice/docker-1.scope\n"); p != "/system.slice/docker-1.scope" {
+		t.Errorf("cgroupV2Path: %q", p)
+	}
+	if p := cgroupV2Path("4:memory:/x\n"); p != "" {
+		t.Errorf("v1 only: %q", p)
+	}
+}
+
+func TestKubeProxyConfig(t *testing.T) {
+	in := "apiVersion: kubeproxy.config.k8s.io/v1alpha1\nkind: KubeProxyConfiguration\nmode: iptables\nnftables:\n  syncPeriod: 0s\n"
+	out, err := kubeProxyConfig(in, "nftables")
+	if err != nil || !strings.Contains(out, "\nmode: nftables\n") || strings.Contains(out, "mode: iptables") || !strings.Contains(out, "  syncPeriod: 0s") {
+		t.Fatalf("%q, %v", out, err)
+	}
+	if _, err := kubeProxyConfig("kind: KubeProxyConfiguration\n", "nftables"); err == nil {
+		t.Fatal("a config without a mode line was accepted")
+	}
+}
+
+// yamlDocs decodes a multi-document manifest.
+func yamlDocs(t *testing.T, m string) []map[string]any {
+	t.Helper()
+	var docs []map[string]any
+	for _, part := range strings.Split(m, "\n---\n") {
+		if strings.TrimSpace(part) == "" {
+			continue
+		}
+		var d map[string]any
+		if err := yaml.Unmarshal([]byte(part), &d); err != nil {
+			t.Fatalf("%v in:\n%s", err, part)
+		}
+		docs = append(docs, d)
+	}
+	return docs
+}
+
+func TestFlannelManifest(t *testing.T) {
+	docs := yamlDocs(t, flannelManifest("vxlan", "172.18.0.2", "6443"))
+	kinds := map[string]map[string]any{}
+	for _, d := range docs {
+		kinds[d["kind"].(string)] = d
+	}
+	for _, k := range []string{"Namespace", "ClusterRole", "ClusterRoleBinding", "ServiceAccount", "ConfigMap", "DaemonSet"} {
+		if kinds[k] == nil {
+			t.Fatalf("no %s in the manifest", k)
+		}
+	}
+	data := kinds["ConfigMap"]["data"].(map[string]any)
+	var net struct {
+		Network string
+		Backend struct{ Type string }
+	}
+	if err := json.Unmarshal([]byte(data["net-conf.json"].(string)), &net); err != nil || net.Network != podSubnet || net.Backend.Type != "vxlan" {
+		t.Fatalf("net-conf.json: %+v, %v", net, err)
+	}
+	var cni struct{ Plugins []map[string]any }
+	if err := json.Unmarshal([]byte(data["cni-conf.json"].(string)), &cni); err != nil || len(cni.Plugins) != 2 || cni.Plugins[0]["type"] != "flannel" {
+		t.Fatalf("cni-conf.json: %+v, %v", cni, err)
+	}
+	spec := kinds["DaemonSet"]["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+	c := spec["containers"].([]any)[0].(map[string]any)
+	if got := fmt.Sprint(c["command"], c["args"]); got != "[/opt/bin/flanneld] [--ip-masq --kube-subnet-mgr]" {
+		t.Errorf("flanneld command line: %s", got)
+	}
+	env := fmt.Sprint(c["env"])
+	if !strings.Contains(env, "KUBERNETES_SERVICE_HOST value:172.18.0.2") || !strings.Contains(env, "KUBERNETES_SERVICE_PORT value:6443") {
+		t.Errorf("env: %s", env)
+	}
+	if init := fmt.Sprint(spec["initContainers"].([]any)[0].(map[string]any)["args"]); init != "[-f /flannel /opt/cni/bin/flannel]" {
+		t.Errorf("install-cni-plugin: %s", init)
+	}
+}
+
+// TestBenchPortsPerPath: each path to srv-b has its own data port, and the
+// Service carries exactly the Service paths' ports (TCP and UDP).
+func TestBenchPortsPerPath(t *testing.T) {
+	seen := map[int]string{}
+	for _, s := range []scenario{{name: "pod", data: dataPort}, {name: "ClusterIP", data: svcDataPort}, {name: "NodePort", data: npDataPort}} {
+		if other, dup := seen[s.data]; dup {
+			t.Fatalf("%s and %s share data port %d", s.name, other, s.data)
+		}
+		seen[s.data] = s.name
+	}
+	var svc map[string]any
+	for _, d := range yamlDocs(t, benchWorkload()) {
+		if d["kind"] == "Service" {
+			svc = d
+		}
+	}
+	ports := map[string]bool{}
+	for _, p := range svc["spec"].(map[string]any)["ports"].([]any) {
+		m := p.(map[string]any)
+		if m["name"] != "ctl" && (m["port"] != m["targetPort"] || m["port"] != m["nodePort"]) {
+			t.Errorf("port, targetPort and nodePort differ: %v", m)
+		}
+		ports[fmt.Sprintf("%v/%v", m["port"], m["protocol"])] = true
+	}
+	for _, want := range []string{"30867/TCP", "30867/UDP", "30868/TCP", "30868/UDP", "12865/TCP"} {
+		if !ports[want] {
+			t.Errorf("Service lacks %s: %v", want, ports)
+		}
+	}
+	if ports["30866/TCP"] {
+		t.Error("the pod → pod data port is on the Service")
+	}
+}
 
 func TestParseArgs(t *testing.T) {
 	o, err := parseArgs([]string{"up", "-backend", "vxlan", "-proxy-modes", "nftables,iptables"}, io.Discard)
@@ -172,6 +331,34 @@ func TestWrapperRewritesPrivileged(t *testing.T) {
 	}
 }
 
+func TestConntrackStats(t *testing.T) {
+	out := "cpu=0   \tfound=0 invalid=3 insert=0 insert_failed=1 drop=0 early_drop=0 error=0 search_restart=2 clash_resolve=0 chaintoolong=0 \n" +
+		"cpu=1   \tfound=200 invalid=4 insert=0 insert_failed=0 drop=5 early_drop=0 error=0 search_restart=0 clash_resolve=1 chaintoolong=0 \n"
+	s, err := parseConntrackStats(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s["invalid"] != 7 || s["insert_failed"] != 1 || s["drop"] != 5 || s["clash_resolve"] != 1 {
+		t.Fatalf("sums: %v", s)
+	}
+	if _, ok := s["found"]; ok {
+		t.Error("a counter that says nothing about refusals was kept")
+	}
+	if _, err := parseConntrackStats("conntrack v1.4.7: Operation failed\n"); err == nil {
+		t.Error("output without statistics accepted")
+	}
+	if _, err := parseConntrackStats("cpu=0 invalid=x\n"); err == nil {
+		t.Error("a non-number accepted")
+	}
+	after := map[string]int{"invalid": 19, "insert_failed": 1, "drop": 8}
+	if g := conntrackGrowth("w", s, after); g != "w: invalid +12, drop +3" {
+		t.Errorf("growth: %q", g)
+	}
+	if g := conntrackGrowth("w", s, s); g != "" {
+		t.Errorf("no growth: %q", g)
+	}
+}
+
 func TestComponentFor(t *testing.T) {
 	for ref, want := range map[string]string{
 		"registry.k8s.io/kube-apiserver:v1.37.2":  "kube-apiserver",
@@ -199,16 +386,24 @@ func TestReportFromRecordedData(t *testing.T) {
 	}
 	md := files["kind-netperf.md"]
 	for _, want := range []string{
-		"| pod-pod same node | – | 950 ±2% (95%) | 955 ±0% (96%) |", // median, spread, share of the 1000 Mbit/s baseline
+		"| pod-pod same node | – | 950 ±2% (95%) | 955 ±0% (96%) | 900 ±0% (90%) | – |", // median, spread, share of the 1000 Mbit/s baseline
+		"- nodenet host-gw ebpf not run: node nodenet-control-plane: no cgroup v2 hierarchy (sample)",
+		// nodenet iptables beats upstream iptables on the stream; nftables
+		// loses the ClusterIP TCP_RR (15000 against 16000).
+		"**not met**: 1 of 2 comparisons; below upstream:\n  - nodenet host-gw nftables pod-ClusterIP-pod TCP_RR: 94% of upstream",
+		"  - nodenet host-gw iptables, pod-pod same node, TCP_STREAM: 95% (met)",
+		"  - nodenet host-gw iptables, pod-pod same node, TCP_RR: 90% (not met)",
+		"not judged: no nodenet ebpf and upstream iptables TCP_CRR figures through a ClusterIP from the same backend; nodenet host-gw ebpf not run",
 		"| node-node | 1000 ±20% |",
 		"![TCP_STREAM](kind-netperf-tcp_stream.svg)",
 		"| kubernetes | v1.37.2 |",
+		"- nodenet host-gw iptables, pod-ClusterIP-pod, TCP_CRR: nodenet-worker: invalid +120",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
 		}
 	}
-	if _, ok := files["kind-netperf-tcp_crr.svg"]; ok {
+	if _, ok := files["kind-netperf-udp_rr.svg"]; ok {
 		t.Error("chart for a test that did not run")
 	}
 	svg := files["kind-netperf-tcp_rr.svg"]

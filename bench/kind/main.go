@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/nodenet/nodenet/internal/upstream"
 )
 
 // options are the command line.
@@ -22,6 +24,8 @@ type options struct {
 	cacheRoot string
 	backends  []string // host-gw, vxlan; up takes one, bench each in turn
 	modes     []string // proxy modes to check, in order
+	dataplane string   // up: nodenet, or upstream (flannel + kube-proxy)
+	upstream  []string // bench: kube-proxy modes of the upstream data plane; none to skip it
 	data      string   // bench: results file to write; report: to read
 	out       string   // report directory
 	runs      int
@@ -57,7 +61,9 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.repo, "repo", ".", "nodenet source tree")
 	fs.StringVar(&o.cacheRoot, "cache", root, "where built artifacts are kept")
 	backends := fs.String("backend", "host-gw", "flanneld backend: host-gw or vxlan (bench: a comma-separated list, a fresh cluster each)")
-	modes := fs.String("proxy-modes", "iptables,nftables", "proxy modes to check (up) or measure (bench), in order")
+	modes := fs.String("proxy-modes", "iptables,nftables,ebpf", "nodenet proxy modes to check (up) or measure (bench), in order; a mode the nodes cannot run (ebpf where a node's cgroup v2 root is the machine's: cgroup v1 and hybrid hosts) is skipped with the reason")
+	fs.StringVar(&o.dataplane, "dataplane", "nodenet", "up: nodenet, or upstream (flannel "+upstream.FlanneldVersion+" + kube-proxy "+kubernetesVersion+"; -proxy-modes are then kube-proxy's)")
+	upModes := fs.String("upstream-modes", "iptables,nftables", "bench: kube-proxy modes of the upstream data plane measured beside nodenet, or none")
 	fs.StringVar(&o.data, "data", "bench/results/kind-netperf.json", "results file")
 	fs.StringVar(&o.out, "out", "bench/results", "report directory")
 	fs.IntVar(&o.runs, "runs", 3, "runs of each netperf test")
@@ -79,18 +85,41 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	if len(o.backends) > 1 && o.cmd != "bench" {
 		return o, errors.New("-backend: one backend, except for bench")
 	}
-	for _, m := range strings.Split(*modes, ",") {
-		switch m {
-		case "iptables", "nftables":
-			o.modes = append(o.modes, m)
-		default:
-			return o, fmt.Errorf("-proxy-modes: %q is not a mode this build carries (iptables, nftables)", m)
+	switch o.dataplane {
+	case "nodenet", upstreamName:
+	default:
+		return o, fmt.Errorf("-dataplane %q: nodenet or upstream", o.dataplane)
+	}
+	if o.modes, err = parseModes("-proxy-modes", *modes, o.dataplane == upstreamName); err != nil {
+		return o, err
+	}
+	if *upModes != "none" {
+		if o.upstream, err = parseModes("-upstream-modes", *upModes, true); err != nil {
+			return o, err
 		}
 	}
 	if o.runs < 1 || o.seconds < 1 {
 		return o, errors.New("-runs and -seconds must be at least 1")
 	}
 	return o, nil
+}
+
+// parseModes reads a comma-separated list of proxy modes: nodenet's
+// (iptables, nftables, ebpf) or kube-proxy's as measured here (iptables,
+// nftables).
+func parseModes(flagName, list string, kubeProxy bool) ([]string, error) {
+	valid := map[string]bool{"iptables": true, "nftables": true, "ebpf": !kubeProxy}
+	var modes []string
+	for _, m := range strings.Split(list, ",") {
+		if !valid[m] {
+			if kubeProxy {
+				return nil, fmt.Errorf("%s: %q is not a kube-proxy mode measured here (iptables, nftables)", flagName, m)
+			}
+			return nil, fmt.Errorf("%s: %q is not a mode this build carries (iptables, nftables, ebpf)", flagName, m)
+		}
+		modes = append(modes, m)
+	}
+	return modes, nil
 }
 
 func main() {
@@ -141,17 +170,47 @@ func run(ctx context.Context, o options) error {
 	return k.up(ctx, o, repo)
 }
 
-// up creates the cluster with nodenet in the first mode of o.modes and
-// checks traffic, then switches through the other modes.
-func (k *kcluster) up(ctx context.Context, o options, repo string) error {
+// bringUp creates a fresh cluster with the data plane dp in the first
+// runnable mode of modes and the check workload, and returns the modes
+// that can run, in order, with a note for each one skipped.
+func (k *kcluster) bringUp(ctx context.Context, repo, dp, backend string, modes []string) ([]string, []string, error) {
 	if err := deleteCluster(ctx, k.p, k.c, k.b.kind); err != nil {
-		return err
+		return nil, nil, err
 	}
-	if err := k.create(ctx, false); err != nil {
-		return err
-	}
-	if err := k.deployNodenet(ctx, repo, o.backends[0], o.modes[0]); err != nil {
-		return err
+	var notes []string
+	if dp == upstreamName {
+		if err := k.create(ctx, modes[0]); err != nil {
+			return nil, nil, err
+		}
+		if err := k.deployUpstream(ctx, repo, backend); err != nil {
+			return nil, nil, err
+		}
+	} else {
+		if err := k.create(ctx, ""); err != nil {
+			return nil, nil, err
+		}
+		var runnable []string
+		for _, m := range modes {
+			if m == "ebpf" {
+				why, err := k.ebpfCheck(ctx)
+				if err != nil {
+					return nil, nil, err
+				}
+				if why != "" {
+					k.p.note("SKIP proxy mode ebpf: %s", why)
+					notes = append(notes, fmt.Sprintf("nodenet %s ebpf not run: %s", backend, why))
+					continue
+				}
+			}
+			runnable = append(runnable, m)
+		}
+		if len(runnable) == 0 {
+			return nil, notes, fmt.Errorf("no proxy mode of %v can run here: %s", modes, strings.Join(notes, "; "))
+		}
+		modes = runnable
+		if err := k.deployNodenet(ctx, repo, backend, modes[0]); err != nil {
+			return nil, nil, err
+		}
 	}
 	if err := k.p.step(ctx, "check workload (echo pods, NodePort Service)", func(ctx context.Context) error {
 		if err := k.apply(ctx, checkWorkload()); err != nil {
@@ -159,17 +218,42 @@ func (k *kcluster) up(ctx context.Context, o options, repo string) error {
 		}
 		return k.waitPods(ctx, checkNS, "pod")
 	}); err != nil {
+		return nil, nil, err
+	}
+	return modes, notes, nil
+}
+
+// switchMode moves the data plane dp to another proxy mode.
+func (k *kcluster) switchMode(ctx context.Context, dp, mode string) error {
+	if dp == upstreamName {
+		return k.switchKubeProxy(ctx, mode)
+	}
+	return k.switchProxy(ctx, mode)
+}
+
+// planeName names a data plane in results: "nodenet host-gw iptables",
+// "upstream vxlan nftables".
+func planeName(dp, backend, mode string) string { return dp + " " + backend + " " + mode }
+
+// up creates the cluster with the data plane in the first mode of
+// o.modes and checks traffic, then switches through the other modes.
+func (k *kcluster) up(ctx context.Context, o options, repo string) error {
+	modes, notes, err := k.bringUp(ctx, repo, o.dataplane, o.backends[0], o.modes)
+	if err != nil {
 		return err
 	}
-	for i, m := range o.modes {
+	for i, m := range modes {
 		if i > 0 {
-			if err := k.switchProxy(ctx, m); err != nil {
+			if err := k.switchMode(ctx, o.dataplane, m); err != nil {
 				return err
 			}
 		}
-		if err := k.checkTraffic(ctx, o.backends[0]+", "+m); err != nil {
+		if err := k.checkTraffic(ctx, planeName(o.dataplane, o.backends[0], m)); err != nil {
 			return err
 		}
+	}
+	for _, n := range notes {
+		k.p.note("%s", n)
 	}
 	k.p.note("cluster up: kubectl --kubeconfig %s get pods -A; remove with make kind-down", k.kubeconfig)
 	return nil

@@ -83,21 +83,8 @@ func Build(ctx context.Context, opts BuildOptions) (Built, error) {
 		}
 	}
 
-	pkgs, err := ResolveDebs(ctx, Userland)
+	base, pkgs, err := UserlandLayer(ctx, opts.CacheDir, opts.Log)
 	if err != nil {
-		return Built{}, fmt.Errorf("resolve Debian packages: %w", err)
-	}
-	debs, err := FetchDebs(ctx, pkgs, opts.CacheDir, opts.Log)
-	if err != nil {
-		return Built{}, err
-	}
-	base := NewLayer()
-	for _, d := range debs {
-		if err := AddDeb(ctx, base, d); err != nil {
-			return Built{}, err
-		}
-	}
-	if err := addSystem(base); err != nil {
 		return Built{}, err
 	}
 
@@ -133,6 +120,36 @@ func Build(ctx context.Context, opts BuildOptions) (Built, error) {
 		return Built{}, fmt.Errorf("write %s: %w", opts.Out, err)
 	}
 	return Built{Written: w, Packages: pkgs}, nil
+}
+
+// UserlandLayer is the image's base layer: the Userland packages, any
+// extra ones, and their dependencies from Debian (.debs kept in cacheDir),
+// unpacked, plus what their maintainer scripts would have added
+// (addSystem). Other images whose daemons exec iptables or nft (the kind
+// benchmark's upstream flannel and kube-proxy images) are built on the
+// same layer.
+func UserlandLayer(ctx context.Context, cacheDir string, log *slog.Logger, extra ...string) (*Layer, []DebPackage, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	pkgs, err := ResolveDebs(ctx, append(append([]string(nil), Userland...), extra...))
+	if err != nil {
+		return nil, nil, fmt.Errorf("resolve Debian packages: %w", err)
+	}
+	debs, err := FetchDebs(ctx, pkgs, cacheDir, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	base := NewLayer()
+	for _, d := range debs {
+		if err := AddDeb(ctx, base, d); err != nil {
+			return nil, nil, err
+		}
+	}
+	if err := addSystem(base); err != nil {
+		return nil, nil, err
+	}
+	return base, pkgs, nil
 }
 
 // goBuild builds a static, reproducible binary: no cgo, no file system

@@ -37,7 +37,7 @@ func Flanneld(t testing.TB) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bin, err := build(t, dir, flanneldRecipe)
+	bin, err := build(t.Logf, dir, flanneldRecipe)
 	if errors.Is(err, ErrModuleProxy) {
 		nettest.Require(t, fmt.Errorf("build upstream flanneld %s: %w", FlanneldVersion, err))
 	}
@@ -45,6 +45,22 @@ func Flanneld(t testing.TB) string {
 		t.Fatalf("build upstream flanneld %s: %v", FlanneldVersion, err)
 	}
 	return bin
+}
+
+// BuildFlanneld is Flanneld for programs rather than tests (the kind
+// benchmark's flannel image): the path of the cached upstream flanneld,
+// built first when missing, with progress through logf. Errors from the
+// module proxy wrap ErrModuleProxy.
+func BuildFlanneld(logf func(format string, args ...any)) (string, error) {
+	dir, err := cacheDir("flanneld-" + FlanneldVersion)
+	if err != nil {
+		return "", err
+	}
+	bin, err := build(logf, dir, flanneldRecipe)
+	if err != nil {
+		return "", fmt.Errorf("build upstream flanneld %s: %w", FlanneldVersion, err)
+	}
+	return bin, nil
 }
 
 // cacheDir is where a build lives: the user cache (~/.cache/nodenet/upstream),
@@ -107,7 +123,7 @@ func (r recipe) stamp() string {
 // build returns dir/<name>, building it under an exclusive lock on
 // dir/.lock so parallel tests (other packages, other worktrees) build once
 // and the others wait and reuse it.
-func build(t testing.TB, dir string, r recipe) (string, error) {
+func build(logf func(format string, args ...any), dir string, r recipe) (string, error) {
 	bin, stampFile := filepath.Join(dir, r.name), filepath.Join(dir, r.name+".stamp")
 	fresh := func() bool { return built(dir, r) }
 	if fresh() {
@@ -118,7 +134,7 @@ func build(t testing.TB, dir string, r recipe) (string, error) {
 		return "", fmt.Errorf("open build lock: %w", err)
 	}
 	defer lock.Close()
-	t.Logf("upstream %s: waiting for the build lock in %s", r.name, dir)
+	logf("upstream %s: waiting for the build lock in %s", r.name, dir)
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
 		return "", fmt.Errorf("lock %s: %w", dir, err)
 	}
@@ -127,17 +143,17 @@ func build(t testing.TB, dir string, r recipe) (string, error) {
 		return bin, nil
 	}
 	start := time.Now()
-	t.Logf("upstream %s: building %s in %s (a cold build takes tens of minutes on 2 cores; later runs reuse it)", r.name, r.module, dir)
+	logf("upstream %s: building %s in %s (a cold build takes tens of minutes on 2 cores; later runs reuse it)", r.name, r.module, dir)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go progress(ctx, t, r.name, start)
+	go progress(ctx, logf, r.name, start)
 	if err := runBuild(ctx, dir, r, bin); err != nil {
 		return "", err
 	}
 	if err := os.WriteFile(stampFile, []byte(r.stamp()), 0o644); err != nil {
 		return "", fmt.Errorf("write build stamp: %w", err)
 	}
-	t.Logf("upstream %s: built in %s", r.name, time.Since(start).Round(time.Second))
+	logf("upstream %s: built in %s", r.name, time.Since(start).Round(time.Second))
 	return bin, nil
 }
 
@@ -149,9 +165,9 @@ func built(dir string, r recipe) bool {
 	return err == nil && berr == nil && string(s) == r.stamp()
 }
 
-func progress(ctx context.Context, t testing.TB, name string, start time.Time) {
+func progress(ctx context.Context, logf func(format string, args ...any), name string, start time.Time) {
 	periodic.Every(ctx, 30*time.Second, func(context.Context) {
-		t.Logf("upstream %s: still building (%s)", name, time.Since(start).Round(time.Second))
+		logf("upstream %s: still building (%s)", name, time.Since(start).Round(time.Second))
 	})
 }
 

@@ -53,7 +53,7 @@ func kubernetesBinary(t testing.TB, name string, mayBuild bool) string {
 		// choice about build time, not a missing privilege.
 		t.Skipf("upstream %s %s is not built in %s; build it once with: %s", name, KubernetesVersion, dir, BuildCommand)
 	}
-	bin, err := build(t, dir, r)
+	bin, err := build(t.Logf, dir, r)
 	if errors.Is(err, ErrModuleProxy) {
 		nettest.Require(t, fmt.Errorf("build upstream %s %s: %w", name, KubernetesVersion, err))
 	}

@@ -1,0 +1,102 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// conntrackCounters are the kernel's per-CPU conntrack statistics
+// (`conntrack -S`) that say a connection's packets were refused or
+// mis-tracked; the benchmark records how much each grew on the client's
+// and the server's node over the TCP_CRR runs, so a collapse of
+// connections/s points at its cause in the report rather than a guess.
+var conntrackCounters = []string{"invalid", "insert_failed", "drop", "early_drop", "clash_resolve", "error"}
+
+// parseConntrackStats sums `conntrack -S` lines ("cpu=0 found=0
+// invalid=3 …") over the CPUs, keeping conntrackCounters.
+func parseConntrackStats(out string) (map[string]int, error) {
+	keep := map[string]bool{}
+	for _, c := range conntrackCounters {
+		keep[c] = true
+	}
+	sum := map[string]int{}
+	lines := 0
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.HasPrefix(strings.TrimSpace(line), "cpu=") {
+			continue
+		}
+		lines++
+		for _, f := range strings.Fields(line) {
+			k, v, ok := strings.Cut(f, "=")
+			if !ok || !keep[k] {
+				continue
+			}
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return nil, fmt.Errorf("conntrack -S: %q: %w", f, err)
+			}
+			sum[k] += n
+		}
+	}
+	if lines == 0 {
+		return nil, fmt.Errorf("conntrack -S printed no cpu= lines: %q", out)
+	}
+	return sum, nil
+}
+
+// conntrackStats reads a node's conntrack statistics.
+func conntrackStats(ctx context.Context, node string) (map[string]int, error) {
+	out, err := docker{bin: "docker"}.run(ctx, "exec", node, "conntrack", "-S")
+	if err != nil {
+		return nil, err
+	}
+	return parseConntrackStats(out)
+}
+
+// conntrackGrowth is after−before for each counter that grew, as
+// "node: invalid +12, drop +3" (empty when nothing grew).
+func conntrackGrowth(node string, before, after map[string]int) string {
+	var parts []string
+	for _, c := range conntrackCounters {
+		if d := after[c] - before[c]; d > 0 {
+			parts = append(parts, fmt.Sprintf("%s +%d", c, d))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return node + ": " + strings.Join(parts, ", ")
+}
+
+// crrDiagnostics runs measure's TCP_CRR runs of one scenario between two
+// readings of the client's and the server's node conntrack statistics and
+// returns what grew, one entry per node ("" entries dropped).
+func (k *kcluster) crrDiagnostics(ctx context.Context, nodes []string, run func() error) ([]string, error) {
+	before := map[string]map[string]int{}
+	for _, n := range nodes {
+		s, err := conntrackStats(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		before[n] = s
+	}
+	if err := run(); err != nil {
+		return nil, err
+	}
+	var grew []string
+	sorted := append([]string(nil), nodes...)
+	sort.Strings(sorted)
+	for _, n := range sorted {
+		after, err := conntrackStats(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		if g := conntrackGrowth(n, before[n], after); g != "" {
+			grew = append(grew, g)
+		}
+	}
+	return grew, nil
+}

@@ -1,0 +1,158 @@
+package report
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Issue 15's targets, judged on the medians of a results file. Data plane
+// names are "<nodenet|upstream> <backend> <mode>" (bench/kind's
+// planeName); the baseline is Baseline.
+const (
+	podPodShare   = 0.95 // host-gw pod → pod, share of the baseline
+	crrEBPFFactor = 1.5  // TCP_CRR through a ClusterIP, ebpf over kube-proxy iptables
+	crrScenario   = "pod-ClusterIP-pod"
+)
+
+// plane is a parsed data plane name.
+type plane struct{ impl, backend, mode string }
+
+func parsePlane(name string) (plane, bool) {
+	f := strings.Fields(name)
+	if len(f) != 3 || (f[0] != "nodenet" && f[0] != "upstream") {
+		return plane{}, false
+	}
+	return plane{f[0], f[1], f[2]}, true
+}
+
+func (p plane) String() string { return p.impl + " " + p.backend + " " + p.mode }
+
+// Targets is the report's judgement of issue 15's three targets: every
+// figure it compares, and whether each target is met, not met, or could
+// not be judged (and why).
+func Targets(d Data) string {
+	var b strings.Builder
+	b.WriteString("## Targets (issue 15), on the medians\n\n")
+	tests, scenarios, planes := d.order()
+	median := func(p, s, t string) (float64, bool) {
+		r, ok := d.find(p, s, t)
+		if !ok {
+			return 0, false
+		}
+		return Median(r.Values), true
+	}
+
+	// 1. nodenet ≥ upstream, same backend and mode, every scenario/test.
+	b.WriteString("**nodenet ≥ upstream in every scenario** (same backend and proxy mode, same run):")
+	var met, total int
+	var misses []string
+	for _, name := range planes {
+		n, ok := parsePlane(name)
+		if !ok || n.impl != "nodenet" {
+			continue
+		}
+		u := plane{"upstream", n.backend, n.mode}
+		for _, s := range scenarios {
+			for _, t := range tests {
+				nv, ok1 := median(n.String(), s, t)
+				uv, ok2 := median(u.String(), s, t)
+				if !ok1 || !ok2 || uv == 0 {
+					continue
+				}
+				total++
+				if nv >= uv {
+					met++
+				} else {
+					misses = append(misses, fmt.Sprintf("%s %s %s: %.0f%% of upstream", n, s, t, 100*nv/uv))
+				}
+			}
+		}
+	}
+	switch {
+	case total == 0:
+		b.WriteString(" not judged: no nodenet and upstream planes with the same backend and mode ran.\n")
+	case met == total:
+		fmt.Fprintf(&b, " **met** (%d of %d comparisons).\n", met, total)
+	default:
+		fmt.Fprintf(&b, " **not met**: %d of %d comparisons; below upstream:\n", met, total)
+		for _, m := range misses {
+			fmt.Fprintf(&b, "  - %s\n", m)
+		}
+	}
+
+	// 2. host-gw pod → pod ≥ 95 % of the baseline.
+	fmt.Fprintf(&b, "\n**host-gw pod → pod ≥ %.0f%% of the node-to-node baseline**:", 100*podPodShare)
+	base := d.baseline()
+	var rows []string
+	allMet, found := true, false
+	for _, name := range planes {
+		n, ok := parsePlane(name)
+		if !ok || n.impl != "nodenet" || n.backend != "host-gw" {
+			continue
+		}
+		for _, s := range []string{"pod-pod same node", "pod-pod across nodes"} {
+			for _, t := range tests {
+				v, ok := median(name, s, t)
+				if !ok || base[t] == 0 {
+					continue
+				}
+				found = true
+				share := v / base[t]
+				verdict := "met"
+				if share < podPodShare {
+					verdict, allMet = "not met", false
+				}
+				rows = append(rows, fmt.Sprintf("  - %s, %s, %s: %.0f%% (%s)", name, s, t, 100*share, verdict))
+			}
+		}
+	}
+	switch {
+	case !found:
+		b.WriteString(" not judged: no nodenet host-gw pod → pod figures with a baseline.\n")
+	case allMet:
+		b.WriteString(" **met** (each figure below):\n")
+	default:
+		b.WriteString(" **not met** (each figure below):\n")
+	}
+	for _, r := range rows {
+		b.WriteString(r + "\n")
+	}
+
+	// 3. TCP_CRR through a ClusterIP: ebpf ≥ 1.5× kube-proxy iptables.
+	fmt.Fprintf(&b, "\n**TCP_CRR through a ClusterIP, nodenet ebpf ≥ %.1f× kube-proxy iptables**:", crrEBPFFactor)
+	judged := false
+	var crr []string
+	for _, name := range planes {
+		n, ok := parsePlane(name)
+		if !ok || n.impl != "nodenet" || n.mode != "ebpf" {
+			continue
+		}
+		ev, ok1 := median(name, crrScenario, "TCP_CRR")
+		uv, ok2 := median(plane{"upstream", n.backend, "iptables"}.String(), crrScenario, "TCP_CRR")
+		if !ok1 || !ok2 || uv == 0 {
+			continue
+		}
+		judged = true
+		verdict := "met"
+		if ev < crrEBPFFactor*uv {
+			verdict = "not met"
+		}
+		crr = append(crr, fmt.Sprintf("  - %s: %.2f× (%s vs %s trans/s): %s", n.backend, ev/uv, number(ev), number(uv), verdict))
+	}
+	if !judged {
+		b.WriteString(" not judged: no nodenet ebpf and upstream iptables TCP_CRR figures through a ClusterIP from the same backend")
+		for _, note := range d.Notes {
+			if strings.Contains(note, " ebpf ") {
+				b.WriteString("; " + note)
+				break
+			}
+		}
+		b.WriteString(".\n")
+	} else {
+		b.WriteString("\n")
+		for _, c := range crr {
+			b.WriteString(c + "\n")
+		}
+	}
+	return b.String()
+}
