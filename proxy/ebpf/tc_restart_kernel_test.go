@@ -114,8 +114,10 @@ func TestTCRestartUnderLoad(t *testing.T) {
 		}
 	}()
 
+	var restarts []string
 	for range 3 {
 		time.Sleep(300 * time.Millisecond)
+		restarts = append(restarts, time.Now().Format("15:04:05.000"))
 		k.StopProxy()
 		time.Sleep(200 * time.Millisecond) // no proxy at all for a moment
 		p := k.StartProxy(t)
@@ -125,7 +127,7 @@ func TestTCRestartUnderLoad(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	if n := failures.Load(); n > 0 {
-		t.Fatalf("%d of %d operations failed across 3 restarts; first: %v", n, attempts.Load(), firstErr.Load())
+		t.Fatalf("%d of %d operations failed across 3 restarts (stopped at %v); first: %v", n, attempts.Load(), restarts, firstErr.Load())
 	}
 	if attempts.Load() < 30 {
 		t.Fatalf("only %d operations across the restarts: the load did not run", attempts.Load())
