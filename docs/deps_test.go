@@ -135,11 +135,11 @@ var rules = []rule{
 	},
 	{
 		name:   "a data plane imports the core, never another data plane",
-		why:    "each data plane is one proxy.DataPlane, replaceable on its own",
+		why:    "each data plane is one proxy.DataPlane, replaceable on its own; proxy/nfwatch is a library they share (nf_tables change notifications), not a data plane",
 		from:   nn("proxy/..."),
-		except: nn("proxy", "proxy/app", "proxy/proxycmd", "proxy/proxytest/..."),
+		except: nn("proxy", "proxy/app", "proxy/proxycmd", "proxy/proxytest/...", "proxy/nfwatch"),
 		forbid: nn("proxy/..."),
-		allow:  append(nn("proxy"), "{self}/..."),
+		allow:  append(nn("proxy", "proxy/nfwatch"), "{self}/..."),
 	},
 	{
 		name:   "the local cluster runs processes, not daemon packages",
