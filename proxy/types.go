@@ -351,6 +351,8 @@ var ErrNoChangeEvents = errors.New("data plane backend announces no changes")
 // calls Prepare while the informers make their initial lists, so the
 // first sync does not pay for it on top of them. A failed Prepare is only
 // logged: the first Sync does the work again and reports its error.
+// Prepare may still be running when the first Sync is called: the data
+// plane serializes the two (the ebpf mode under its mutex).
 type Preparer interface {
 	Prepare(ctx context.Context) error
 }
