@@ -3,6 +3,7 @@ package ebpf
 import (
 	"fmt"
 	"net"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -23,19 +24,14 @@ import (
 func TestTCReusedSourcePort(t *testing.T) {
 	k := newTCEnv(t)
 	k.StartProxy(t)
-	svc := k.CreateService(t, nodePortService("np-reuse", v1.ProtocolTCP, proxytest.TCPPort))
-	k.SetEndpoints(t, svc, proxytest.TCPPort, proxytest.Pod1, proxytest.Pod2)
-	addr := nodePortOf(proxytest.NodeIP, svc)
-	proxytest.Eventually(t, wait, "NodePort "+addr, func() error {
-		_, err := proxytest.DialTCP(k.Client, addr, time.Second)
-		return err
-	})
+	addr := nodePortOf(proxytest.NodeIP, k.tcpNodePort(t, "np-reuse"))
 	const rounds, port = 40, 40000
 	seen := map[string]int{}
 	for i := range rounds {
 		backend, err := k.dialFromPort(addr, port)
 		if err != nil {
-			t.Fatalf("connection %d of %d from the reused port %d: %v (backends so far %v)", i+1, rounds, port, err, seen)
+			t.Fatalf("connection %d of %d from the reused port %d: %v (backends so far %v); the node's TCP entries:\n%s",
+				i+1, rounds, port, err, seen, k.conntrackTCP())
 		}
 		seen[backend]++
 	}
@@ -43,6 +39,35 @@ func TestTCReusedSourcePort(t *testing.T) {
 		t.Fatalf("%d connections reached %v, want both endpoints", rounds, seen)
 	}
 	t.Logf("%d connections from one source port: %v", rounds, seen)
+}
+
+// conntrackTCP lists the node's TCP conntrack entries (conntrack -L), for
+// a failure's message: whether the reused port's entry is still there.
+func (k *tcEnv) conntrackTCP() string {
+	var out []byte
+	err := k.Node.Do(func() error {
+		var err error
+		out, err = exec.Command("conntrack", "-L", "-p", "tcp").CombinedOutput()
+		return err
+	})
+	if err != nil {
+		return fmt.Sprintf("conntrack -L: %v: %s", err, out)
+	}
+	return string(out)
+}
+
+// tcpNodePort creates a TCP NodePort service with pod1 (local) and pod2
+// (remote, SNAT) as endpoints and waits until it answers on the node.
+func (k *tcEnv) tcpNodePort(t *testing.T, name string) *v1.Service {
+	t.Helper()
+	svc := k.CreateService(t, nodePortService(name, v1.ProtocolTCP, proxytest.TCPPort))
+	k.SetEndpoints(t, svc, proxytest.TCPPort, proxytest.Pod1, proxytest.Pod2)
+	addr := nodePortOf(proxytest.NodeIP, svc)
+	proxytest.Eventually(t, wait, "NodePort "+addr, func() error {
+		_, err := proxytest.DialTCP(k.Client, addr, time.Second)
+		return err
+	})
+	return svc
 }
 
 // dialFromPort connects from the client's address and port to addr, reads
