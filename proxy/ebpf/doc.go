@@ -203,6 +203,15 @@
 //	  unless externalTrafficPolicy is Local (flagKeepSource), (SRC → the
 //	  node's address on that interface, snat_addrs), bpf_ct_insert_entry.
 //
+// A reused source port: a TCP SYN (no ACK) whose tuple is the original
+// direction of an entry in TIME_WAIT or CLOSE (a client that aborted or
+// finished a connection and reconnects from the same port) would be taken
+// by the kernel's TCP tracking as a reopened connection: it kills the entry
+// and tracks the SYN anew, without NAT, and the node refuses it (issue 14).
+// The program expires such an entry (bpf_ct_change_timeout 0, its state read
+// with CO-RE) and sets the flow up as new; a retransmitted SYN of a flow
+// still being set up keeps its entry. TestTCReusedSourcePort.
+//
 // Every later packet, both directions, is translated by the kernel's own
 // NAT from that entry: checksums, TCP state, fragments, timeouts, replies
 // un-NATed wherever they arrive (the pod-facing side included), and

@@ -144,6 +144,24 @@ extern struct nf_conn *bpf_ct_insert_entry(struct nf_conn___init *) __ksym;
 extern void bpf_ct_release(struct nf_conn *) __ksym;
 extern int bpf_ct_set_nat_info(struct nf_conn___init *, union nf_inet_addr *, int port,
 			       enum nf_nat_manip_type) __ksym;
+extern int bpf_ct_change_timeout(struct nf_conn *, __u32) __ksym;
+
+// The part of the kernel's entry the program reads: the TCP state. A
+// flavor (the ___ suffix is dropped when matching the kernel's BTF) with
+// CO-RE relocations, so the offsets are the running kernel's.
+struct ip_ct_tcp___tc {
+	__u8 state;
+} __attribute__((preserve_access_index));
+union nf_conntrack_proto___tc {
+	struct ip_ct_tcp___tc tcp;
+} __attribute__((preserve_access_index));
+struct nf_conn___tc {
+	union nf_conntrack_proto___tc proto;
+} __attribute__((preserve_access_index));
+
+// enum tcp_conntrack (include/uapi/linux/netfilter/nf_conntrack_tcp.h).
+#define TCP_CONNTRACK_TIME_WAIT 7
+#define TCP_CONNTRACK_CLOSE 8
 
 // A parsed packet of either family: what the lookups and the refusal need.
 struct flow {
@@ -371,6 +389,24 @@ static __always_inline int from_cluster(struct flow *f)
 	return bpf_map_lookup_elem(&src_ranges, &k) != NULL;
 }
 
+// reopens tells whether the packet is a TCP SYN (no ACK) in the original
+// direction of an entry whose connection is over (TIME_WAIT or CLOSE):
+// the case the kernel's TCP tracking treats as a reopened connection. A
+// retransmitted SYN of a flow being set up keeps its entry (and backend).
+static __always_inline int reopens(struct __sk_buff *skb, struct flow *f, struct nf_conn *ct,
+				   struct bpf_ct_opts *opts)
+{
+	if (f->proto != IPPROTO_TCP || opts->dir != 0)
+		return 0;
+	__u8 flags; // byte 13 of the TCP header: CWR ECE URG ACK PSH RST SYN FIN
+	if (bpf_skb_load_bytes(skb, f->l4off + 13, &flags, 1))
+		return 0;
+	if ((flags & 0x12) != 0x02)
+		return 0;
+	__u8 state = ((struct nf_conn___tc *)ct)->proto.tcp.state;
+	return state == TCP_CONNTRACK_TIME_WAIT || state == TCP_CONNTRACK_CLOSE;
+}
+
 // nat sets up the conntrack entry of a new flow to an entry point; the
 // kernel's NAT does the rest.
 static __always_inline int nat(struct __sk_buff *skb, struct flow *f, struct bpf_sock_tuple *tup, __u32 tuplen)
@@ -387,6 +423,18 @@ static __always_inline int nat(struct __sk_buff *skb, struct flow *f, struct bpf
 		svc = inside_of(&found, svc);
 	struct bpf_ct_opts opts = {.netns_id = BPF_F_CURRENT_NETNS, .l4proto = f->proto};
 	struct nf_conn *ct = bpf_skb_ct_lookup(skb, tup, tuplen, &opts, sizeof(opts));
+	if (ct && reopens(skb, f, ct, &opts)) {
+		// A new connection on the tuple of a finished one (the client
+		// reused its source port): the kernel would kill the old entry
+		// on this SYN and track it anew without NAT, and the node would
+		// refuse it. Expire the entry; the lookup drops an expired one,
+		// and the flow is set up as new below.
+		bpf_ct_change_timeout(ct, 0);
+		bpf_ct_release(ct);
+		opts.netns_id = BPF_F_CURRENT_NETNS;
+		opts.dir = 0;
+		ct = bpf_skb_ct_lookup(skb, tup, tuplen, &opts, sizeof(opts));
+	}
 	if (ct) {
 		// A known flow (or a reply's tuple): the kernel translates it.
 		bpf_ct_release(ct);
