@@ -33,16 +33,12 @@ var ErrModuleProxy = errors.New("module proxy")
 // (fails it under NODENET_PRIVILEGED); any other build failure fails it.
 func Flanneld(t testing.TB) string {
 	t.Helper()
-	dir, err := cacheDir("flanneld-" + FlanneldVersion)
+	bin, err := BuildFlanneld(t.Logf)
+	if errors.Is(err, ErrModuleProxy) {
+		nettest.Require(t, err)
+	}
 	if err != nil {
 		t.Fatal(err)
-	}
-	bin, err := build(t.Logf, dir, flanneldRecipe)
-	if errors.Is(err, ErrModuleProxy) {
-		nettest.Require(t, fmt.Errorf("build upstream flanneld %s: %w", FlanneldVersion, err))
-	}
-	if err != nil {
-		t.Fatalf("build upstream flanneld %s: %v", FlanneldVersion, err)
 	}
 	return bin
 }
