@@ -147,10 +147,10 @@ func (d *DataPlane) Sync(ctx context.Context, snap *proxy.Snapshot, changed prox
 	}
 	if !d.synced {
 		// The first sync on freshly loaded maps reads them back and
-		// converges on whatever an earlier process left.
+		// converges on whatever an earlier process left. The load
+		// listed the local addresses and its subscription keeps them.
 		changed = proxy.ChangeSet{Full: true}
-	}
-	if changed.Full {
+	} else if changed.Full {
 		// Between full syncs the address subscription keeps it.
 		if _, err := d.local.resync(); err != nil {
 			return proxy.SyncResult{}, err
