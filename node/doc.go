@@ -33,7 +33,12 @@
 // the host; one that does not exist fails the pod
 // with a Failed event and status message saying the image is not pulled
 // and which paths are mapped. Readiness probes (tcp, http with its host,
-// exec) set the Ready condition. Init containers run one at a time, in
+// exec) set the Ready condition. A stopped container (deletion, a failed
+// liveness probe) runs its preStop hook first (sleep, exec in its
+// namespaces, or an HTTP GET to the pod), bounded by the grace period,
+// then gets SIGTERM and, once the rest of the grace period (at least 2 s
+// after a hook, as the kubelet leaves) has passed, SIGKILL; a failed or
+// cut-short hook is a FailedPreStopHook event. Init containers run one at a time, in
 // order, to completion before the containers start; a failed one is
 // restarted with the crash-loop back-off (the pod fails under
 // restartPolicy Never).

@@ -611,9 +611,9 @@ func (w *podWorker) checkContainers(ctx context.Context, pod *corev1.Pod) {
 	}
 }
 
-// killAll stops every container at once: SIGTERM, then SIGKILL after
-// grace.
-func (w *podWorker) killAll(pod *corev1.Pod, grace time.Duration) {
+// killAll stops every container at once: its preStop hook, SIGTERM, then
+// SIGKILL once grace has passed.
+func (w *podWorker) killAll(ctx context.Context, pod *corev1.Pod, grace time.Duration) {
 	w.mu.Lock()
 	ctrs := make([]*container, 0, len(w.ctrs))
 	for _, c := range w.ctrs {
@@ -628,7 +628,7 @@ func (w *podWorker) killAll(pod *corev1.Pod, grace time.Duration) {
 		if pod != nil {
 			w.a.event(pod, c.name, corev1.EventTypeNormal, "Killing", "Stopping container %s", c.name)
 		}
-		wg.Go(func() { c.stop(grace) })
+		wg.Go(func() { w.stopContainer(ctx, pod, c, grace) })
 	}
 	wg.Wait()
 }
@@ -676,7 +676,7 @@ func (w *podWorker) teardown(ctx context.Context, pod *corev1.Pod, grace time.Du
 	if sb == nil {
 		return
 	}
-	w.killAll(pod, grace)
+	w.killAll(ctx, pod, grace)
 	if pod == nil {
 		pod = &corev1.Pod{}
 		pod.Namespace, pod.Name, pod.UID = sb.Namespace, sb.Name, sb.UID

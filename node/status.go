@@ -289,7 +289,7 @@ func (w *podWorker) probe(ctx context.Context, pod *corev1.Pod) {
 			w.a.event(pod, c.Name, corev1.EventTypeWarning, "Unhealthy", "Liveness probe failed: %v", err)
 			if kill {
 				w.a.event(pod, c.Name, corev1.EventTypeNormal, "Killing", "Container %s failed liveness probe, will be restarted", c.Name)
-				go ctr.stop(terminationGrace(pod))
+				go w.stopContainer(ctx, pod, ctr, terminationGrace(pod))
 			}
 		}
 	}

@@ -311,7 +311,7 @@ func churnAt(ctx context.Context, e *env, rate int) (Outcome, error) {
 		}
 		node, name := e.nodes[n%len(e.nodes)].Name, fmt.Sprintf("churn-%d", n)
 		call(func() error {
-			_, err := pods.Create(ctx, pinned(cluster.EchoPod(workloadNS, name, labels), node), metav1.CreateOptions{})
+			_, err := pods.Create(ctx, draining(pinned(cluster.EchoPod(workloadNS, name, labels), node)), metav1.CreateOptions{})
 			return err
 		})
 		if n >= lag {

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/nodenet/nodenet/cluster"
 )
@@ -45,6 +46,26 @@ type workload struct {
 
 func pinned(p *corev1.Pod, node string) *corev1.Pod {
 	p.Spec.NodeName = node
+	return p
+}
+
+// drainFor is how long a deleted echo pod goes on serving (its preStop
+// hook) before its SIGTERM: the time every node's proxy needs to take the
+// terminating endpoint out (informers, the EndpointSlice controller, a
+// sync held back by --min-sync-period 1s), as a server behind a Service
+// in production is given. Without it a deleted pod stops answering at
+// once and the load fails against it until the proxies catch up: the
+// figure would measure the workload, not the network.
+const drainFor = 2 * time.Second
+
+// draining gives an echo pod the preStop sleep of drainFor and a grace
+// period that leaves its SIGTERM time after it.
+func draining(p *corev1.Pod) *corev1.Pod {
+	for i := range p.Spec.Containers {
+		p.Spec.Containers[i].Lifecycle = &corev1.Lifecycle{PreStop: &corev1.LifecycleHandler{
+			Sleep: &corev1.SleepAction{Seconds: int64(drainFor.Seconds())}}}
+	}
+	p.Spec.TerminationGracePeriodSeconds = ptr.To(int64(drainFor.Seconds()) + 2)
 	return p
 }
 
@@ -142,7 +163,7 @@ const evictAfter = 5 * time.Second
 // link-down fault cuts off, whose pods tolerate its absence evictAfter.
 func createEchoPods(ctx context.Context, cs kubernetes.Interface, node string, cutOff bool) error {
 	for k := 1; k <= echoPerNode; k++ {
-		p := pinned(cluster.EchoPod(workloadNS, fmt.Sprintf("echo-%s-%d", node, k), echoLabels), node)
+		p := draining(pinned(cluster.EchoPod(workloadNS, fmt.Sprintf("echo-%s-%d", node, k), echoLabels), node))
 		if cutOff {
 			secs := int64(evictAfter.Seconds())
 			p.Spec.Tolerations = append(p.Spec.Tolerations, corev1.Toleration{
