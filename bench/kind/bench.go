@@ -192,13 +192,24 @@ func (k *kcluster) bench(ctx context.Context, o options, repo string) error {
 			strings.Join(o.backends, ","), strings.Join(o.modes, ","), upstreamModesArg(o.upstream), o.runs, o.seconds),
 		Machine:  machine(),
 		Versions: versions()}
+	var earlier *report.Data
+	if o.add {
+		d, err := report.Load(o.data)
+		if err != nil {
+			return fmt.Errorf("-add: %w", err)
+		}
+		earlier = &d
+	}
 	var err error
 	for i, backend := range o.backends {
-		if err = k.benchBackend(ctx, o, repo, backend, i == 0, &data); err != nil {
+		if err = k.benchBackend(ctx, o, repo, backend, i == 0 && earlier == nil, &data); err != nil {
 			break
 		}
 	}
 	if len(data.Results) > 0 {
+		if earlier != nil {
+			data = report.Merge(*earlier, data)
+		}
 		if werr := writeData(o.data, data); werr != nil {
 			return werr
 		}

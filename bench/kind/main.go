@@ -30,6 +30,7 @@ type options struct {
 	out       string   // report directory
 	runs      int
 	seconds   int
+	add       bool // bench: add to -data rather than replace it
 }
 
 var commands = map[string]string{
@@ -66,6 +67,7 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	upModes := fs.String("upstream-modes", "iptables,nftables", "bench: kube-proxy modes of the upstream data plane measured beside nodenet, or none")
 	fs.StringVar(&o.data, "data", "bench/results/kind-netperf.json", "results file")
 	fs.StringVar(&o.out, "out", "bench/results", "report directory")
+	fs.BoolVar(&o.add, "add", false, "bench: add to the results file rather than replace it: a result of the same data plane, scenario and test is replaced, the file's node-to-node baseline is kept (not measured again), and the notes say which data planes the later run measured")
 	fs.IntVar(&o.runs, "runs", 3, "runs of each netperf test")
 	fs.IntVar(&o.seconds, "seconds", 5, "length of each netperf run")
 	if err := fs.Parse(args[1:]); err != nil {

@@ -142,6 +142,10 @@ done
 # have their rules and routes: those are more specific or DNAT first.
 ip route add blackhole ` + serviceSubnet + ` || exit 1
 ip route add blackhole ` + podSubnet + ` || exit 1
+# A machine's systemd mounts the bpf file system at /sys/fs/bpf; a node
+# container's does not. The ebpf proxy mode pins its maps and links there
+# (the DaemonSet's hostPath), so that they outlive the proxy's restarts.
+[ "$(stat -f -c %T /sys/fs/bpf)" = bpf_fs ] || mount -t bpf bpf /sys/fs/bpf || exit 1
 exec /usr/local/bin/entrypoint "$@"
 `
 
@@ -286,7 +290,7 @@ func nodeKey(in nodeInputs, goKeys []string, pauseRef string) string {
 	}
 	sort.Strings(refs)
 	return key(map[string]string{"rootfs": rootfsKey(), "go": strings.Join(goKeys, ","), "kind": kindVersion,
-		"images": strings.Join(refs, ","), "pause": pauseRef, "recipe": "6"})
+		"images": strings.Join(refs, ","), "pause": pauseRef, "init": nodeInitScript, "recipe": "6"})
 }
 
 // nodeImageRef is the node image's name; the tag carries the key, so a

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -223,4 +224,36 @@ func sortedKeys(m map[string]string) []string {
 	}
 	sort.Strings(k)
 	return k
+}
+
+// Merge adds a later run's results to an earlier run's file (bench -add):
+// a later result replaces the earlier one of the same data plane,
+// scenario and test; the rest of the earlier file stays, its baseline
+// included. The command, date and notes record both runs, and a note
+// names the data planes the later run measured, so that a reader knows
+// which figures were taken side by side.
+func Merge(earlier, later Data) Data {
+	type resultKey struct{ plane, scenario, test string }
+	replaced := map[resultKey]bool{}
+	var planes []string
+	for _, r := range later.Results {
+		replaced[resultKey{r.Dataplane, r.Scenario, r.Test}] = true
+		if !slices.Contains(planes, r.Dataplane) {
+			planes = append(planes, r.Dataplane)
+		}
+	}
+	out := earlier
+	out.Results = nil
+	for _, r := range earlier.Results {
+		if !replaced[resultKey{r.Dataplane, r.Scenario, r.Test}] {
+			out.Results = append(out.Results, r)
+		}
+	}
+	out.Results = append(out.Results, later.Results...)
+	out.Date = earlier.Date + "; " + later.Date
+	out.Command = earlier.Command + "; then " + later.Command
+	out.Notes = append(slices.Clone(earlier.Notes), later.Notes...)
+	out.Notes = append(out.Notes, fmt.Sprintf("measured in the later run (%s), side by side with each other but not with the rest: %s",
+		later.Date, strings.Join(planes, ", ")))
+	return out
 }

@@ -39,3 +39,38 @@ func TestChartWithoutBaselineScalesToBest(t *testing.T) {
 		}
 	}
 }
+
+// A later run added to a file replaces only its own results, keeps the
+// earlier baseline, and says which planes it measured.
+func TestMerge(t *testing.T) {
+	r := func(plane, test string, v float64) Result {
+		return Result{Dataplane: plane, Scenario: "pod → ClusterIP → pod", Test: test, Unit: "trans/s", Values: []float64{v}}
+	}
+	earlier := Data{Date: "d1", Command: "c1", Notes: []string{"n1"}, Results: []Result{
+		r(Baseline, "TCP_CRR", 100), r("nodenet host-gw iptables", "TCP_CRR", 50), r("upstream host-gw iptables", "TCP_CRR", 40)}}
+	later := Data{Date: "d2", Command: "c2", Results: []Result{
+		r("nodenet host-gw ebpf", "TCP_CRR", 90), r("upstream host-gw iptables", "TCP_CRR", 45)}}
+	m := Merge(earlier, later)
+	got := map[string]float64{}
+	for _, x := range m.Results {
+		got[x.Dataplane] = x.Values[0]
+	}
+	want := map[string]float64{Baseline: 100, "nodenet host-gw iptables": 50, "upstream host-gw iptables": 45, "nodenet host-gw ebpf": 90}
+	if len(got) != len(want) || len(m.Results) != 4 {
+		t.Fatalf("results %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+	if m.Command != "c1; then c2" || m.Date != "d1; d2" {
+		t.Errorf("command %q date %q", m.Command, m.Date)
+	}
+	if len(m.Notes) != 2 || m.Notes[0] != "n1" || !strings.Contains(m.Notes[1], "nodenet host-gw ebpf, upstream host-gw iptables") {
+		t.Errorf("notes %q", m.Notes)
+	}
+	if len(earlier.Results) != 3 || earlier.Results[2].Values[0] != 40 {
+		t.Errorf("Merge changed the earlier data: %+v", earlier.Results)
+	}
+}
