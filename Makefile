@@ -115,7 +115,7 @@ bench: build
 # bench/results/.
 KIND_BACKEND ?= host-gw
 KIND_DATAPLANE ?= nodenet
-KIND_PROXY_MODES ?= iptables,nftables,ebpf
+KIND_PROXY_MODES ?= iptables,nftables,ipvs,ebpf
 KIND_UPSTREAM_MODES ?= iptables,nftables
 KIND_BENCH_BACKENDS ?= host-gw,vxlan
 kind-deps:

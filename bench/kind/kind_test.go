@@ -24,7 +24,7 @@ func TestParseArgsModesAndDataplanes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Join(o.modes, ",") != "iptables,nftables,ebpf" || strings.Join(o.upstream, ",") != "iptables,nftables" || o.dataplane != "nodenet" {
+	if strings.Join(o.modes, ",") != "iptables,nftables,ipvs,ebpf" || strings.Join(o.upstream, ",") != "iptables,nftables" || o.dataplane != "nodenet" {
 		t.Fatalf("defaults: %+v", o)
 	}
 	if o, err := parseArgs([]string{"bench", "-upstream-modes", "none"}, io.Discard); err != nil || len(o.upstream) != 0 {
@@ -45,6 +45,17 @@ func TestParseArgsModesAndDataplanes(t *testing.T) {
 	}
 }
 
+// The ipvs mode is refused on a node whose kernel (the host's) has no
+// IPVS, and the reason says so.
+func TestIPVSBlocker(t *testing.T) {
+	if why := ipvsBlocker("n1", "yes\n"); why != "" {
+		t.Errorf("ip_vs present: %q", why)
+	}
+	if why := ipvsBlocker("n1", "no\n"); !strings.Contains(why, "node n1: the kernel has no IPVS") {
+		t.Errorf("ip_vs missing: %q", why)
+	}
+}
+
 func TestEBPFBlocker(t *testing.T) {
 	own := "/system.slice/docker-0123.scope" // a cgroup v2 host: the node is a cgroup of its own
 	for _, c := range []struct {
@@ -54,7 +65,10 @@ func TestEBPFBlocker(t *testing.T) {
 	}{
 		{[]string{"cgroup2fs", "-", "bpf_fs"}, own, ""},
 		{[]string{"tmpfs", "cgroup2fs", "bpf_fs"}, own, ""},
-		// This machine: hybrid, the container in the v2 root.
+		// This machine: hybrid, and Docker puts the node in a v2 cgroup
+		// of its own (the node's bpffs mounted by its init).
+		{[]string{"tmpfs", "cgroup2fs", "bpf_fs"}, "/docker/0123/init.scope", ""},
+		// A hybrid host whose containers sit in the v2 root.
 		{[]string{"tmpfs", "cgroup2fs", "bpf_fs"}, "/", "the node's cgroup v2 root is the machine's root cgroup"},
 		{[]string{"tmpfs", "-", "bpf_fs"}, "/", "no cgroup v2 hierarchy in the node (/sys/fs/cgroup is tmpfs"},
 		{[]string{"cgroup2fs", "-", "sysfs"}, own, "/sys/fs/bpf is sysfs, not a bpf file system"},
@@ -186,7 +200,7 @@ func TestParseArgs(t *testing.T) {
 	if o, err := parseArgs([]string{"bench", "-backend", "host-gw,vxlan"}, io.Discard); err != nil || len(o.backends) != 2 {
 		t.Fatalf("bench with two backends: %+v, %v", o, err)
 	}
-	for _, bad := range [][]string{{}, {"nope"}, {"up", "-backend", "ipip"}, {"bench", "-proxy-modes", "ipvs"},
+	for _, bad := range [][]string{{}, {"nope"}, {"up", "-backend", "ipip"}, {"bench", "-proxy-modes", "userspace"},
 		{"bench", "-runs", "0"}, {"down", "extra"}, {"up", "-backend", "host-gw,vxlan"}} {
 		if _, err := parseArgs(bad, io.Discard); err == nil {
 			t.Errorf("%q: accepted", bad)

@@ -62,7 +62,7 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.repo, "repo", ".", "nodenet source tree")
 	fs.StringVar(&o.cacheRoot, "cache", root, "where built artifacts are kept")
 	backends := fs.String("backend", "host-gw", "flanneld backend: host-gw or vxlan (bench: a comma-separated list, a fresh cluster each)")
-	modes := fs.String("proxy-modes", "iptables,nftables,ebpf", "nodenet proxy modes to check (up) or measure (bench), in order; a mode the nodes cannot run (ebpf where a node's cgroup v2 root is the machine's: cgroup v1 and hybrid hosts) is skipped with the reason")
+	modes := fs.String("proxy-modes", "iptables,nftables,ipvs,ebpf", "nodenet proxy modes to check (up) or measure (bench), in order; a mode the nodes cannot run (ipvs without IPVS in the host's kernel; ebpf without a cgroup v2 cgroup of the node's own or a bpf file system) is skipped with the reason")
 	fs.StringVar(&o.dataplane, "dataplane", "nodenet", "up: nodenet, or upstream (flannel "+upstream.FlanneldVersion+" + kube-proxy "+kubernetesVersion+"; -proxy-modes are then kube-proxy's)")
 	upModes := fs.String("upstream-modes", "iptables,nftables", "bench: kube-proxy modes of the upstream data plane measured beside nodenet, or none")
 	fs.StringVar(&o.data, "data", "bench/results/kind-netperf.json", "results file")
@@ -107,17 +107,17 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 }
 
 // parseModes reads a comma-separated list of proxy modes: nodenet's
-// (iptables, nftables, ebpf) or kube-proxy's as measured here (iptables,
+// (iptables, nftables, ipvs, ebpf) or kube-proxy's as measured here (iptables,
 // nftables).
 func parseModes(flagName, list string, kubeProxy bool) ([]string, error) {
-	valid := map[string]bool{"iptables": true, "nftables": true, "ebpf": !kubeProxy}
+	valid := map[string]bool{"iptables": true, "nftables": true, "ipvs": !kubeProxy, "ebpf": !kubeProxy}
 	var modes []string
 	for _, m := range strings.Split(list, ",") {
 		if !valid[m] {
 			if kubeProxy {
 				return nil, fmt.Errorf("%s: %q is not a kube-proxy mode measured here (iptables, nftables)", flagName, m)
 			}
-			return nil, fmt.Errorf("%s: %q is not a mode this build carries (iptables, nftables, ebpf)", flagName, m)
+			return nil, fmt.Errorf("%s: %q is not a mode this build carries (iptables, nftables, ipvs, ebpf)", flagName, m)
 		}
 		modes = append(modes, m)
 	}
@@ -193,14 +193,15 @@ func (k *kcluster) bringUp(ctx context.Context, repo, dp, backend string, modes 
 		}
 		var runnable []string
 		for _, m := range modes {
-			if m == "ebpf" {
-				why, err := k.ebpfCheck(ctx)
+			check := map[string]func(context.Context) (string, error){"ebpf": k.ebpfCheck, "ipvs": k.ipvsCheck}[m]
+			if check != nil {
+				why, err := check(ctx)
 				if err != nil {
 					return nil, nil, err
 				}
 				if why != "" {
-					k.p.note("SKIP proxy mode ebpf: %s", why)
-					notes = append(notes, fmt.Sprintf("nodenet %s ebpf not run: %s", backend, why))
+					k.p.note("SKIP proxy mode %s: %s", m, why)
+					notes = append(notes, fmt.Sprintf("nodenet %s %s not run: %s", backend, m, why))
 					continue
 				}
 			}
