@@ -257,6 +257,7 @@ func (k *kcluster) benchPlane(ctx context.Context, o options, repo, dp, backend 
 	}
 	if baseline {
 		if err := k.p.step(ctx, "netperf: node-to-node baseline", func(ctx context.Context) error {
+			defer noteLoad(data, report.Baseline)()
 			r, err := k.measure(ctx, o, report.Baseline, base)
 			data.Results = append(data.Results, r...)
 			return err
@@ -275,6 +276,7 @@ func (k *kcluster) benchPlane(ctx context.Context, o options, repo, dp, backend 
 			return err
 		}
 		if err := k.p.step(ctx, "netperf: "+plane, func(ctx context.Context) error {
+			defer noteLoad(data, plane)()
 			r, err := k.measure(ctx, o, plane, pods)
 			data.Results = append(data.Results, r...)
 			return err
@@ -283,6 +285,27 @@ func (k *kcluster) benchPlane(ctx context.Context, o options, repo, dp, backend 
 		}
 	}
 	return nil
+}
+
+// noteLoad records in d's notes the machine's 1-minute load average
+// before and after a plane's measurement (call the returned func at the
+// end): the planes are measured one after another, so a reader must know
+// which of them shared the machine with other work.
+func noteLoad(d *report.Data, plane string) func() {
+	before := loadAverage()
+	return func() {
+		d.Notes = append(d.Notes, fmt.Sprintf("load average (1 min) while %s was measured: %s at the start, %s at the end (%d CPUs)",
+			plane, before, loadAverage(), runtime.NumCPU()))
+	}
+}
+
+// loadAverage is /proc/loadavg's 1-minute figure, "?" if unreadable.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if f := strings.Fields(string(b)); err == nil && len(f) > 0 {
+		return f[0]
+	}
+	return "?"
 }
 
 func upstreamModesArg(modes []string) string {
