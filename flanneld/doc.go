@@ -27,7 +27,9 @@
 //     corrupts NATed VXLAN checksums and the node is then seen NATing its
 //     VXLAN packets (txcsum_linux.go says why and what it costs).
 //   - ip-masq rules (masq*.go) in iptables or nftables, in chains/tables of
-//     our own.
+//     our own; with iptables the jump to our FORWARD accepts is appended,
+//     so the proxy's rejects and firewall, inserted first, still see new
+//     flows whichever daemon started first.
 //   - subnet.env (package subnetenv), then the CNI conflist (cniconf.go),
 //     only once the backend is up, so the CNI plugin never sees a conflist
 //     without its subnet.env.

@@ -143,8 +143,8 @@ func (m *iptablesMasq) Sync(ctx context.Context) (bool, error) {
 		}
 		nat, filter := iptablesRules(f)
 		b := iptables.NewBatch()
-		writeChain(b, "nat", chainMasq, "POSTROUTING", commentMasq, nat, st.natJumps)
-		writeChain(b, "filter", chainFwd, "FORWARD", commentFwd, filter, st.fwdJumps)
+		writeChain(b, hookMasq, nat, st.natJumps)
+		writeChain(b, hookFwd, filter, st.fwdJumps)
 		if err := r.Restore(ctx, b.Bytes()); err != nil {
 			return changed, fmt.Errorf("install %s masquerade rules: %w", fam, err)
 		}
@@ -157,18 +157,45 @@ func (m *iptablesMasq) Sync(ctx context.Context) (bool, error) {
 	return changed, nil
 }
 
-// writeChain rewrites chain (its declaration flushes it) with rules, adds
-// the jump from hook if missing and deletes duplicate jumps.
-func writeChain(b *iptables.Batch, table, chain, hook, comment string, rules, jumps []string) {
-	b.Declare(table, chain)
+// ourHook is one of our chains and the jump to it from a built-in chain.
+type ourHook struct {
+	table, chain, hook, comment string
+	// last appends a missing jump instead of inserting it first.
+	last bool
+}
+
+var (
+	hookMasq = ourHook{table: "nat", chain: chainMasq, hook: "POSTROUTING", comment: commentMasq}
+	// The forward chain only ACCEPTs pod traffic, for hosts whose FORWARD
+	// policy drops. Ahead of the proxy's jumps in FORWARD (which it puts
+	// first) it would accept what they refuse: a pod's SYN to a Service
+	// without endpoints left the node untranslated instead of being reset,
+	// and its conntrack entry kept the client's 5-tuple untranslated after
+	// the endpoints came (the chaos suite's bursts of ClusterIP timeouts),
+	// and loadBalancerSourceRanges went unenforced for traffic to pods. So
+	// it goes last, as upstream flannel appends its forward rules, and is
+	// behind kube-proxy's or our proxy's jumps whichever daemon started
+	// first.
+	hookFwd = ourHook{table: "filter", chain: chainFwd, hook: "FORWARD", comment: commentFwd, last: true}
+)
+
+// writeChain rewrites h's chain (its declaration flushes it) with rules,
+// adds the jump from h's hook if missing and deletes duplicate jumps.
+func writeChain(b *iptables.Batch, h ourHook, rules, jumps []string) {
+	b.Declare(h.table, h.chain)
 	for _, r := range rules {
-		b.Append(table, chain, r)
+		b.Append(h.table, h.chain, r)
 	}
 	if len(jumps) == 0 {
-		b.Insert(table, hook, fmt.Sprintf(`-m comment --comment "%s" -j %s`, comment, chain))
+		jump := fmt.Sprintf(`-m comment --comment "%s" -j %s`, h.comment, h.chain)
+		if h.last {
+			b.Append(h.table, h.hook, jump)
+		} else {
+			b.Insert(h.table, h.hook, jump)
+		}
 	}
 	for _, j := range jumps[min(1, len(jumps)):] {
-		b.Delete(table, hook, j)
+		b.Delete(h.table, h.hook, j)
 	}
 }
 

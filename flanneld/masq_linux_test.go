@@ -101,6 +101,38 @@ func TestMasqIPTablesFollowsLegacy(t *testing.T) {
 	}
 }
 
+// TestMasqIPTablesForwardAfterProxy: our FORWARD jump only accepts pod
+// traffic, so it must come after the proxy's, which refuses new flows to
+// Services without endpoints (and enforces loadBalancerSourceRanges): ahead
+// of them it accepted a pod's SYN to such a Service, which left the node
+// untranslated and kept its 5-tuple so in conntrack (the chaos suite's
+// bursts of ClusterIP timeouts). The proxy inserts its jumps first; here
+// it started before flanneld, and our jump is also put back after a flush.
+func TestMasqIPTablesForwardAfterProxy(t *testing.T) {
+	ns := nettest.New(t)
+	nettest.RequireTool(t, "iptables-restore")
+	ctx := t.Context()
+	// The proxy's reject hook, as proxy/iptables writes it.
+	proxyJump := `-A FORWARD -m conntrack --ctstate NEW -m comment --comment "nodenet service rejects" -j NODENET-SERVICES`
+	ns.MustExec(t, "iptables", "-N", "NODENET-SERVICES")
+	ns.MustExec(t, "iptables", "-I", "FORWARD", "-m", "conntrack", "--ctstate", "NEW", "-m", "comment", "--comment", "nodenet service rejects", "-j", "NODENET-SERVICES")
+	m := newIPTablesMasq(detectIPTables(Netns(ns.Name()), testapi.Logger()), testMasqFamilies)
+	ourJump := `-A FORWARD -m comment --comment "nodenet flanneld forward" -j NODENET-FLANNEL-FWD`
+	order := func(when string) {
+		t.Helper()
+		filter := string(ns.MustExec(t, "iptables-save", "-t", "filter"))
+		p, o := strings.Index(filter, proxyJump+"\n"), strings.Index(filter, ourJump+"\n")
+		if p < 0 || o < 0 || o < p {
+			t.Fatalf("%s: want the proxy's jump, then ours, in FORWARD:\n%s", when, filter)
+		}
+	}
+	mustSync(t, ctx, m, true)
+	order("flanneld started after the proxy")
+	ns.MustExec(t, "iptables", "-D", "FORWARD", "-m", "comment", "--comment", commentFwd, "-j", chainFwd)
+	mustSync(t, ctx, m, true)
+	order("our jump put back")
+}
+
 func checkOnce(t *testing.T, ns *nettest.NS) {
 	t.Helper()
 	nat := string(ns.MustExec(t, "iptables-save", "-t", "nat"))

@@ -40,13 +40,23 @@ func (c NetlinkConntrack) DeleteFlows(f Family, filter netlink.CustomConntrackFi
 	return n, nil
 }
 
-// staleUDP is the set of UDP flows a sync made stale.
-type staleUDP struct {
-	// dsts: services that went from no endpoints to some (or appeared):
-	// flows to these VIP:ports were rejected/unrouted and would keep
-	// blackholing the client's 5-tuple.
-	dsts map[netip.AddrPort]struct{}
-	// dstPorts: same, for NodePorts (matched on destination port only).
+// staleFlows is the set of flows a sync made stale.
+type staleFlows struct {
+	// gained: the VIP:ports, of every protocol, of service ports that went
+	// from no reachable endpoint to some (or appeared with some). A flow
+	// to one of them that no rule translated was created while nothing
+	// could: a UDP flow answered by a reject or unrouted, or a TCP SYN that
+	// left the node untranslated because an ACCEPT ahead of the proxy's
+	// rejects in FORWARD (flanneld's, before it appended its jump; a host
+	// firewall's) or the time before the proxy's sync let it through. It
+	// keeps the client's 5-tuple untranslated (TCP SYN_SENT: 120 s, renewed
+	// by each SYN), so a client whose ephemeral ports come round to it
+	// times out with the endpoints long programmed: the chaos suite's
+	// bursts of ClusterIP timeouts up to two minutes after its load began
+	// before the proxy had the Service's endpoints.
+	gained untranslated
+	// dstPorts: UDP NodePorts that went from no endpoints to some
+	// (untranslated flows matched on destination port only).
 	dstPorts map[uint16]struct{}
 	// viaEndpoint: flows to a VIP:port DNATed to an endpoint that is gone.
 	viaEndpoint map[[2]netip.AddrPort]struct{}
@@ -59,8 +69,8 @@ type nodePortEP struct {
 	ep   netip.AddrPort
 }
 
-func (s *staleUDP) empty() bool {
-	return len(s.dsts) == 0 && len(s.dstPorts) == 0 && len(s.viaEndpoint) == 0 && len(s.nodePortEndpoint) == 0
+func (s *staleFlows) empty() bool {
+	return len(s.gained) == 0 && len(s.dstPorts) == 0 && len(s.viaEndpoint) == 0 && len(s.nodePortEndpoint) == 0
 }
 
 // vips lists the VIP:port entry points of a service port (not NodePort).
@@ -75,57 +85,76 @@ func vips(sp *ServicePort) []netip.AddrPort {
 	return out
 }
 
-// staleUDPFlows finds the UDP flows made stale by the changes in was (each
+// staleFlowsOf finds the flows made stale by the changes in was (each
 // changed port as the last successful sync programmed it, nil when it did
-// not exist) now that next is programmed. Ports outside was are unchanged
-// and have none. On the first sync was holds every port, as new.
-func staleUDPFlows(was map[ServicePortName]*ServicePort, next *Snapshot) *staleUDP {
-	s := &staleUDP{
-		dsts: map[netip.AddrPort]struct{}{}, dstPorts: map[uint16]struct{}{},
+// not exist) now that next is programmed: untranslated flows to the VIPs of
+// ports that gained endpoints, of any protocol, and UDP flows to removed
+// endpoints. Ports outside was are unchanged and have none. On the first
+// sync was holds every port, as new.
+func staleFlowsOf(was map[ServicePortName]*ServicePort, next *Snapshot) *staleFlows {
+	s := &staleFlows{
+		gained: untranslated{}, dstPorts: map[uint16]struct{}{},
 		viaEndpoint: map[[2]netip.AddrPort]struct{}{}, nodePortEndpoint: map[nodePortEP]struct{}{},
 	}
 	for n, old := range was {
-		if n.Protocol != UDP {
-			continue
-		}
 		sp := next.Services[n]
-		// No endpoint before, some now: flows to the VIP that nothing
-		// translated (answered by a reject, or pending) must go, or they
-		// keep the VIP un-DNATed.
 		if sp != nil && len(sp.Selected.AllReachable) > 0 && (old == nil || len(old.Selected.AllReachable) == 0) {
-			for _, v := range vips(sp) {
-				s.dsts[v] = struct{}{}
-			}
-			if sp.NodePort != 0 {
-				s.dstPorts[sp.NodePort] = struct{}{}
-			}
+			s.noteGained(sp)
 		}
-		if old == nil || sp == old {
+		if n.Protocol != UDP || old == nil || sp == old {
 			continue
 		}
-		now := map[netip.AddrPort]bool{}
-		if sp != nil {
-			for _, e := range sp.Selected.AllReachable {
-				now[e.AddrPort()] = true
-			}
-		}
-		for _, e := range old.Selected.AllReachable {
-			if now[e.AddrPort()] {
-				continue
-			}
-			for _, v := range vips(old) {
-				s.viaEndpoint[[2]netip.AddrPort{v, e.AddrPort()}] = struct{}{}
-			}
-			if old.NodePort != 0 {
-				s.nodePortEndpoint[nodePortEP{old.NodePort, e.AddrPort()}] = struct{}{}
-			}
-		}
+		s.noteRemovedUDP(old, sp)
 	}
 	return s
 }
 
+// noteGained records the entry points of sp, which has endpoints now and
+// had none at the last sync.
+func (s *staleFlows) noteGained(sp *ServicePort) {
+	proto, ok := ipProto(sp.Protocol)
+	if !ok {
+		return
+	}
+	for _, v := range vips(sp) {
+		s.gained[protoAddrPort{proto, v}] = struct{}{}
+	}
+	// A TCP SYN to a NodePort that nothing translated reaches the node's
+	// own stack, whose reset closes the flow, and conntrack starts a new
+	// flow for the next SYN of a closed one; a UDP flow stays.
+	if sp.Protocol == UDP && sp.NodePort != 0 {
+		s.dstPorts[sp.NodePort] = struct{}{}
+	}
+}
+
+// noteRemovedUDP records the UDP flows through old's entry points to the
+// endpoints that sp (nil: deleted) no longer has: UDP has no connection to
+// end, so its flows would keep going to the gone endpoint.
+func (s *staleFlows) noteRemovedUDP(old, sp *ServicePort) {
+	now := map[netip.AddrPort]bool{}
+	if sp != nil {
+		for _, e := range sp.Selected.AllReachable {
+			now[e.AddrPort()] = true
+		}
+	}
+	for _, e := range old.Selected.AllReachable {
+		if now[e.AddrPort()] {
+			continue
+		}
+		for _, v := range vips(old) {
+			s.viaEndpoint[[2]netip.AddrPort{v, e.AddrPort()}] = struct{}{}
+		}
+		if old.NodePort != 0 {
+			s.nodePortEndpoint[nodePortEP{old.NodePort, e.AddrPort()}] = struct{}{}
+		}
+	}
+}
+
 // MatchConntrackFlow implements netlink.CustomConntrackFilter.
-func (s *staleUDP) MatchConntrackFlow(flow *netlink.ConntrackFlow) bool {
+func (s *staleFlows) MatchConntrackFlow(flow *netlink.ConntrackFlow) bool {
+	if s.gained.MatchConntrackFlow(flow) {
+		return true
+	}
 	if flow.Forward.Protocol != unix.IPPROTO_UDP {
 		return false
 	}
@@ -134,12 +163,9 @@ func (s *staleUDP) MatchConntrackFlow(flow *netlink.ConntrackFlow) bool {
 	if !ok1 || !ok2 {
 		return false
 	}
-	if _, ok := s.dsts[dst]; ok && be == dst {
-		// Not DNATed (the reply comes from the VIP itself): the flow was
-		// created while the service had no endpoints.
-		return true
-	}
 	if _, ok := s.dstPorts[dst.Port()]; ok && be == dst {
+		// Not DNATed (the reply comes from the node itself): the flow was
+		// created while the NodePort had no endpoints.
 		return true
 	}
 	if _, ok := s.viaEndpoint[[2]netip.AddrPort{dst, be}]; ok {

@@ -50,11 +50,13 @@
 //
 // Conntrack cleanup and the healthCheckNodePort servers are done by the
 // core after a successful Sync; data planes do not touch conntrack. The core
-// deletes UDP flows a sync made stale (to removed endpoints, to VIPs that
-// had none) and, on every full sync, the flows of any protocol to a VIP with
-// endpoints that no rule translated: they were created while the rules were
-// missing (the full sync is the repair) and would keep the client's 5-tuple
-// untranslated after it.
+// deletes UDP flows a sync made stale (to removed endpoints), the flows of
+// any protocol that no rule translated to the VIPs of a port that had no
+// endpoints and has some now (a SYN that got past the rejects, through an
+// ACCEPT ahead of them in FORWARD or before the sync), and, on every full
+// sync, the flows of any protocol to a VIP with endpoints that no rule
+// translated: they were created while the rules were missing (the full sync
+// is the repair). Each would keep the client's 5-tuple untranslated.
 //
 // Bad input (unparseable IPs, port 0, unknown protocols) never reaches a
 // data plane: ServicePortsFor / EndpointsFor skip it with errors wrapping

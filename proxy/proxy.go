@@ -441,9 +441,9 @@ func (p *Proxy) syncFamily(ctx context.Context, f Family, snap *Snapshot, cs Cha
 	return nil
 }
 
-// cleanConntrack deletes the UDP flows the sync just made stale (was holds
-// the ports changed since the last successful sync, as it programmed them)
-// and, on a full sync, the flows to VIPs that bypassed missing rules (see
+// cleanConntrack deletes the flows the sync just made stale (was holds the
+// ports changed since the last successful sync, as it programmed them; see
+// staleFlowsOf) and, on a full sync, the flows to VIPs that bypassed missing rules (see
 // untranslated): a full sync is what repairs rules removed behind the
 // proxy's back, and the flows created meanwhile outlive the repair.
 func (p *Proxy) cleanConntrack(f Family, was map[ServicePortName]*ServicePort, next *Snapshot, cs ChangeSet) {
@@ -451,7 +451,7 @@ func (p *Proxy) cleanConntrack(f Family, was map[ServicePortName]*ServicePort, n
 		return
 	}
 	var filter anyFilter
-	if stale := staleUDPFlows(was, next); !stale.empty() {
+	if stale := staleFlowsOf(was, next); !stale.empty() {
 		filter = append(filter, stale)
 	}
 	if cs.Full {

@@ -137,7 +137,7 @@ func TestChangeTrackingAndChangeSets(t *testing.T) {
 		t.Errorf("web has %d endpoints, want 1", n)
 	}
 	// Snapshots share the live map, but a port is never changed in place:
-	// the one the last sync programmed stays as it was (staleUDPFlows
+	// the one the last sync programmed stays as it was (staleFlowsOf
 	// compares against it).
 	if n := len(webBefore.Selected.Cluster); n != 2 {
 		t.Error("the previous sync's service port was mutated")
@@ -303,23 +303,17 @@ func TestStaleUDPFlows(t *testing.T) {
 	changed := func(prev, next *Snapshot) map[ServicePortName]*ServicePort {
 		return map[ServicePortName]*ServicePort{name: prev.Services[name]}
 	}
-	flow := func(dst string, dport uint16, be string, bport uint16) *netlink.ConntrackFlow {
-		f := &netlink.ConntrackFlow{}
-		f.Forward.Protocol, f.Forward.DstIP, f.Forward.DstPort = 17, net.ParseIP(dst), dport
-		f.Reverse.SrcIP, f.Reverse.SrcPort = net.ParseIP(be), bport
-		return f
-	}
 	// Endpoint removed: flows DNATed to it go, flows to the survivor stay.
 	next := mk("10.244.0.1")
-	s := staleUDPFlows(changed(mk("10.244.0.1", "10.244.0.2"), next), next)
+	s := staleFlowsOf(changed(mk("10.244.0.1", "10.244.0.2"), next), next)
 	for _, c := range []struct {
 		f    *netlink.ConntrackFlow
 		want bool
 	}{
-		{flow("10.96.0.10", 53, "10.244.0.2", 5353), true},
-		{flow("10.96.0.10", 53, "10.244.0.1", 5353), false},
-		{flow("192.168.0.1", 30053, "10.244.0.2", 5353), true}, // via NodePort
-		{flow("10.96.0.11", 53, "10.244.0.2", 5353), false},
+		{flow(17, "10.96.0.10", 53, "10.244.0.2", 5353), true},
+		{flow(17, "10.96.0.10", 53, "10.244.0.1", 5353), false},
+		{flow(17, "192.168.0.1", 30053, "10.244.0.2", 5353), true}, // via NodePort
+		{flow(17, "10.96.0.11", 53, "10.244.0.2", 5353), false},
 	} {
 		if got := s.MatchConntrackFlow(c.f); got != c.want {
 			t.Errorf("removed endpoint: match(%v→%v) = %v", c.f.Forward.DstIP, c.f.Reverse.SrcIP, got)
@@ -327,25 +321,62 @@ func TestStaleUDPFlows(t *testing.T) {
 	}
 	// None → some: un-DNATed flows to the VIP go.
 	next = mk("10.244.0.1")
-	s = staleUDPFlows(changed(mk(), next), next)
-	if !s.MatchConntrackFlow(flow("10.96.0.10", 53, "10.96.0.10", 53)) || s.MatchConntrackFlow(flow("10.96.0.10", 53, "10.244.0.1", 5353)) {
+	s = staleFlowsOf(changed(mk(), next), next)
+	if !s.MatchConntrackFlow(flow(17, "10.96.0.10", 53, "10.96.0.10", 53)) || s.MatchConntrackFlow(flow(17, "10.96.0.10", 53, "10.244.0.1", 5353)) {
 		t.Error("none→some: wrong match")
 	}
 	// Service deleted: flows to its endpoints via the VIP go.
-	s = staleUDPFlows(changed(mk("10.244.0.1"), &Snapshot{}), &Snapshot{})
-	if !s.MatchConntrackFlow(flow("10.96.0.10", 53, "10.244.0.1", 5353)) {
+	s = staleFlowsOf(changed(mk("10.244.0.1"), &Snapshot{}), &Snapshot{})
+	if !s.MatchConntrackFlow(flow(17, "10.96.0.10", 53, "10.244.0.1", 5353)) {
 		t.Error("deleted service: flow to its endpoint kept")
 	}
 	// New service with endpoints (first sync: every port is new): flows to
 	// the VIP that nothing translated go.
 	next = mk("10.244.0.1")
-	s = staleUDPFlows(map[ServicePortName]*ServicePort{name: nil}, next)
-	if !s.MatchConntrackFlow(flow("10.96.0.10", 53, "10.96.0.10", 53)) {
+	s = staleFlowsOf(map[ServicePortName]*ServicePort{name: nil}, next)
+	if !s.MatchConntrackFlow(flow(17, "10.96.0.10", 53, "10.96.0.10", 53)) {
 		t.Error("new service: un-DNATed flow to the VIP kept")
 	}
 	// Unchanged service (not in was): nothing.
-	if s := staleUDPFlows(nil, mk("10.244.0.1")); !s.empty() {
+	if s := staleFlowsOf(nil, mk("10.244.0.1")); !s.empty() {
 		t.Error("unchanged service produced stale flows")
+	}
+}
+
+// TestStaleTCPFlows: a TCP port that gains endpoints makes the flows to its
+// VIP that nothing translated stale (a SYN that got past the rejects while
+// it had none), but a TCP flow to a removed endpoint is left to TCP.
+func TestStaleTCPFlows(t *testing.T) {
+	name := ServicePortName{NamespacedName: types.NamespacedName{Namespace: "a", Name: "web"}, Port: "http", Protocol: TCP}
+	mk := func(addrs ...string) *ServicePort {
+		sp := &ServicePort{Name: name, ClusterIP: netip.MustParseAddr("10.96.0.20"), Port: 80, Protocol: TCP, NodePort: 30080,
+			ExternalIPs: []netip.Addr{netip.MustParseAddr("192.168.60.20")}}
+		for _, a := range addrs {
+			sp.Endpoints = append(sp.Endpoints, Endpoint{IP: netip.MustParseAddr(a), Port: 8080, Ready: true, Serving: true})
+		}
+		sp.Selected = SelectEndpoints(sp, NodeInfo{})
+		return sp
+	}
+	snap := func(sp *ServicePort) *Snapshot {
+		return &Snapshot{Services: map[ServicePortName]*ServicePort{name: sp}}
+	}
+	cases := append(tcpVIPCases("10.96.0.20", "192.168.60.20"),
+		flowCase{"untranslated to the NodePort (reset by the node)", flow(6, "192.168.50.1", 30080, "192.168.50.1", 30080), false})
+	for _, from := range []struct {
+		what string
+		was  *ServicePort
+	}{{"none → some", mk()}, {"new with endpoints", nil}} {
+		checkMatches(t, from.what, staleFlowsOf(map[ServicePortName]*ServicePort{name: from.was}, snap(mk("10.244.0.1"))), cases)
+	}
+	// Endpoints before and after: nothing to untranslate; TCP flows to a
+	// removed endpoint stay (the connection ends by itself).
+	s := staleFlowsOf(map[ServicePortName]*ServicePort{name: mk("10.244.0.1", "10.244.0.2")}, snap(mk("10.244.0.1")))
+	if !s.empty() {
+		t.Errorf("endpoint removed from a TCP port: stale flows %+v", s)
+	}
+	// Still none: the flows were refused, nothing to delete.
+	if s := staleFlowsOf(map[ServicePortName]*ServicePort{name: mk()}, snap(mk())); !s.empty() {
+		t.Errorf("TCP port without endpoints before and after: stale flows %+v", s)
 	}
 }
 
@@ -578,33 +609,14 @@ func TestUntranslatedFlows(t *testing.T) {
 	none := &ServicePort{Name: empty, ClusterIP: netip.MustParseAddr("10.96.0.2"), Port: 80, Protocol: TCP}
 	none.Selected = SelectEndpoints(none, NodeInfo{})
 	u := untranslatedFlows(&Snapshot{Services: map[ServicePortName]*ServicePort{web: sp, empty: none}})
-	flow := func(proto uint8, dst string, dport uint16, be string, bport uint16) *netlink.ConntrackFlow {
-		f := &netlink.ConntrackFlow{}
-		f.Forward.Protocol, f.Forward.DstIP, f.Forward.DstPort = proto, net.ParseIP(dst), dport
-		f.Reverse.SrcIP, f.Reverse.SrcPort = net.ParseIP(be), bport
-		return f
-	}
-	for _, c := range []struct {
-		what string
-		f    *netlink.ConntrackFlow
-		want bool
-	}{
-		{"untranslated to the ClusterIP", flow(6, "10.96.0.1", 80, "10.96.0.1", 80), true},
-		{"untranslated to the LB IP", flow(6, "192.168.60.10", 80, "192.168.60.10", 80), true},
-		{"DNATed to the endpoint", flow(6, "10.96.0.1", 80, "10.244.0.1", 8080), false},
-		{"UDP to a TCP service's port", flow(17, "10.96.0.1", 80, "10.96.0.1", 80), false},
-		{"another port of the VIP", flow(6, "10.96.0.1", 81, "10.96.0.1", 81), false},
-		{"a service without endpoints (rejected, nothing to translate to)", flow(6, "10.96.0.2", 80, "10.96.0.2", 80), false},
-		{"pod to pod", flow(6, "10.244.0.1", 8080, "10.244.0.1", 8080), false},
-	} {
-		if got := u.MatchConntrackFlow(c.f); got != c.want {
-			t.Errorf("%s: match = %v, want %v", c.what, got, c.want)
-		}
-	}
+	checkMatches(t, "untranslatedFlows", u, append(tcpVIPCases("10.96.0.1", "192.168.60.10"),
+		flowCase{"a service without endpoints (rejected, nothing to translate to)", flow(6, "10.96.0.2", 80, "10.96.0.2", 80), false},
+		flowCase{"pod to pod", flow(6, "10.244.0.1", 8080, "10.244.0.1", 8080), false},
+	))
 	if anyFilter(nil).MatchConntrackFlow(flow(6, "10.96.0.1", 80, "10.96.0.1", 80)) {
 		t.Error("an empty anyFilter matched")
 	}
-	if !(anyFilter{&staleUDP{}, u}).MatchConntrackFlow(flow(6, "10.96.0.1", 80, "10.96.0.1", 80)) {
+	if !(anyFilter{&staleFlows{}, u}).MatchConntrackFlow(flow(6, "10.96.0.1", 80, "10.96.0.1", 80)) {
 		t.Error("anyFilter missed its second filter's match")
 	}
 }
@@ -675,5 +687,42 @@ func TestChangeEventsTriggerCoalescedCheck(t *testing.T) {
 	}
 	if got := metricValue(p.Metrics().IntegrityChecks.WithLabelValues("recording", "IPv4", "event")); got != 2 {
 		t.Errorf("event-triggered checks metric = %v, want 2", got)
+	}
+}
+
+// flow is a conntrack flow to dst:dport whose reply comes from be:bport
+// (the VIP itself when nothing translated it).
+func flow(proto uint8, dst string, dport uint16, be string, bport uint16) *netlink.ConntrackFlow {
+	f := &netlink.ConntrackFlow{}
+	f.Forward.Protocol, f.Forward.DstIP, f.Forward.DstPort = proto, net.ParseIP(dst), dport
+	f.Reverse.SrcIP, f.Reverse.SrcPort = net.ParseIP(be), bport
+	return f
+}
+
+type flowCase struct {
+	what string
+	f    *netlink.ConntrackFlow
+	want bool
+}
+
+// tcpVIPCases are the flows to a TCP service port 80 with endpoint
+// 10.244.0.1:8080 and VIPs clusterIP and extraIP (external or LB) that a
+// filter of untranslated flows deletes, and the ones it keeps.
+func tcpVIPCases(clusterIP, extraIP string) []flowCase {
+	return []flowCase{
+		{"untranslated to the ClusterIP", flow(6, clusterIP, 80, clusterIP, 80), true},
+		{"untranslated to " + extraIP, flow(6, extraIP, 80, extraIP, 80), true},
+		{"DNATed to the endpoint", flow(6, clusterIP, 80, "10.244.0.1", 8080), false},
+		{"UDP to the TCP port's VIP", flow(17, clusterIP, 80, clusterIP, 80), false},
+		{"another port of the VIP", flow(6, clusterIP, 81, clusterIP, 81), false},
+	}
+}
+
+func checkMatches(t *testing.T, filter string, m netlink.CustomConntrackFilter, cases []flowCase) {
+	t.Helper()
+	for _, c := range cases {
+		if got := m.MatchConntrackFlow(c.f); got != c.want {
+			t.Errorf("%s: %s: match = %v, want %v", filter, c.what, got, c.want)
+		}
 	}
 }

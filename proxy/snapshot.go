@@ -43,11 +43,12 @@ type familyState struct {
 	// EndpointSlice change cost O(services) in time and garbage. A data
 	// plane reads snap.Services only during its Sync.
 	services map[ServicePortName]*ServicePort
-	// was holds, for each UDP port changed since the family's last
-	// successful sync, the port as that sync programmed it (nil: it did not
-	// exist); cleared when a sync succeeds, so after a failed one it still
-	// spans every change the kernel has not seen. staleUDPFlows reads it,
-	// and only UDP flows go stale, so other protocols are not noted.
+	// was holds, for each port changed since the family's last successful
+	// sync, the port as that sync programmed it (nil: it did not exist);
+	// cleared when a sync succeeds, so after a failed one it still spans
+	// every change the kernel has not seen. staleFlowsOf reads it: any
+	// protocol's untranslated flows go stale when a port gains endpoints,
+	// UDP's also when it loses one.
 	was map[ServicePortName]*ServicePort
 	// healthChecked are the ports with a healthCheckNodePort and
 	// externalTrafficPolicy Local, kept up to date per build so the health
@@ -142,16 +143,14 @@ func (st *familyState) buildSnapshot(in buildInput, log *slog.Logger) (*Snapshot
 }
 
 // set puts sp (nil: removes it) under name in the live map, first noting
-// in was what the last successful sync programmed there (UDP ports), and keeps
+// in was what the last successful sync programmed there, and keeps
 // healthChecked in step.
 func (st *familyState) set(name ServicePortName, sp *ServicePort) {
-	if name.Protocol == UDP {
-		if st.was == nil {
-			st.was = map[ServicePortName]*ServicePort{}
-		}
-		if _, noted := st.was[name]; !noted {
-			st.was[name] = st.services[name]
-		}
+	if st.was == nil {
+		st.was = map[ServicePortName]*ServicePort{}
+	}
+	if _, noted := st.was[name]; !noted {
+		st.was[name] = st.services[name]
 	}
 	if sp == nil {
 		delete(st.services, name)

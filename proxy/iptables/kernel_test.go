@@ -128,18 +128,7 @@ func TestKernelRepairUnpoisonsClientTuples(t *testing.T) {
 		_, err := proxytest.DialTCP(e.Client, vip, time.Second)
 		return err
 	})
-	// One fixed source port, as a client whose ephemeral ports wrap.
-	from := &net.TCPAddr{IP: net.ParseIP(proxytest.ClientIP), Port: 41234}
-	dial := func(timeout time.Duration) error {
-		return e.Client.Do(func() error {
-			d := net.Dialer{LocalAddr: from, Timeout: timeout}
-			c, err := d.Dial("tcp", vip)
-			if err != nil {
-				return err
-			}
-			return c.Close()
-		})
-	}
+	dial := fixedPortDialer(e, vip, 41234)
 	e.Node.MustExec(t, "iptables-nft", "-t", "nat", "-F", chainServices)
 	if err := dial(500 * time.Millisecond); err == nil {
 		t.Fatal("connected through a flushed NODENET-SERVICES")
@@ -154,6 +143,66 @@ func TestKernelRepairUnpoisonsClientTuples(t *testing.T) {
 	}
 	if err := dial(2 * time.Second); err != nil {
 		t.Fatalf("same 5-tuple after the repair: %v\nflows:\n%s", err, e.Node.MustExec(t, "conntrack", "-L", "-p", "tcp", "--sport", "41234"))
+	}
+}
+
+// fixedPortDialer dials vip from the client with one fixed source port, as
+// a client whose ephemeral ports come round.
+func fixedPortDialer(e *proxytest.Env, vip string, port int) func(time.Duration) error {
+	from := &net.TCPAddr{IP: net.ParseIP(proxytest.ClientIP), Port: port}
+	return func(timeout time.Duration) error {
+		return e.Client.Do(func() error {
+			d := net.Dialer{LocalAddr: from, Timeout: timeout}
+			c, err := d.Dial("tcp", vip)
+			if err != nil {
+				return err
+			}
+			return c.Close()
+		})
+	}
+}
+
+// TestKernelEndpointsUnpoisonClientTuples: a TCP service without endpoints
+// is refused in filter FORWARD, but an ACCEPT ahead of the proxy's jump
+// there (flanneld's, when it inserted its own after the proxy's; a host
+// firewall's) lets a client's SYN leave the node untranslated, and
+// conntrack keeps that flow (SYN_SENT, 120 s, renewed by each SYN). Once
+// the service has endpoints, the same 5-tuple must reach them: the sync
+// that programs the first endpoints deletes the untranslated flows. The
+// chaos suite saw bursts of ClusterIP timeouts up to two minutes after its
+// load started, whenever a client's ephemeral ports came round to a port
+// it had used before the proxy programmed the Service's endpoints.
+func TestKernelEndpointsUnpoisonClientTuples(t *testing.T) {
+	nettest.RequirePrivileged(t)
+	e := proxytest.NewEnv(t, func(t testing.TB, node *nettest.NS, f proxy.Family) proxy.DataPlane {
+		return New(f, kernelRunner(node, f, ipt.NFT), testapi.Logger())
+	})
+	e.StartProxy(t)
+	svc := e.CreateService(t, proxytest.Service("late", v1.ProtocolTCP, proxytest.TCPPort))
+	proxytest.Eventually(t, 10*time.Second, "the service's reject is programmed", func() error {
+		if out := e.Node.MustExec(t, "iptables-nft-save", "-t", "filter"); !strings.Contains(string(out), svc.Spec.ClusterIP) {
+			return errors.New("no rule for " + svc.Spec.ClusterIP)
+		}
+		return nil
+	})
+	e.Node.MustExec(t, "iptables-nft", "-I", "FORWARD", "-s", proxytest.ClientIP, "-j", "ACCEPT")
+	vip := net.JoinHostPort(svc.Spec.ClusterIP, strconv.Itoa(proxytest.TCPPort))
+	dial := fixedPortDialer(e, vip, 41235)
+	err := dial(500 * time.Millisecond)
+	if err == nil {
+		t.Fatal("connected to a service without endpoints")
+	}
+	flows := string(e.Node.MustExec(t, "conntrack", "-L", "-p", "tcp", "--sport", "41235"))
+	if !strings.Contains(flows, "SYN_SENT") || !strings.Contains(flows, "src="+svc.Spec.ClusterIP) {
+		t.Fatalf("no untranslated SYN_SENT flow to the VIP past the accept (dial: %v):\n%s", err, flows)
+	}
+	e.SetEndpoints(t, svc, proxytest.TCPPort, proxytest.Pod1)
+	proxytest.Eventually(t, 10*time.Second, "service answers", func() error {
+		_, err := proxytest.DialTCP(e.Client, vip, time.Second)
+		return err
+	})
+	if err := dial(2 * time.Second); err != nil {
+		t.Fatalf("same 5-tuple once the service has endpoints: %v\nflows:\n%s", err, e.Node.MustExec(t, "conntrack", "-L", "-p", "tcp", "--sport", "41235"))
 	}
 }
 
