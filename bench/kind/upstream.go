@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
+	"time"
 
 	"github.com/nodenet/nodenet/daemonset/image"
 	"github.com/nodenet/nodenet/internal/upstream"
@@ -335,7 +336,20 @@ func (k *kcluster) switchKubeProxy(ctx context.Context, mode string) error {
 		if _, err := k.kubectl(ctx, "-n", "kube-system", "rollout", "status", "daemonset/kube-proxy", "--timeout=300s"); err != nil {
 			return err
 		}
-		return k.kubeProxyLeftovers(ctx, mode)
+		// kube-proxy removes the other mode's rules once it runs, not
+		// before its pod is ready: give it a minute.
+		deadline := time.Now().Add(time.Minute)
+		for {
+			err := k.kubeProxyLeftovers(ctx, mode)
+			if err == nil || time.Now().After(deadline) {
+				return err
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(2 * time.Second):
+			}
+		}
 	})
 }
 
