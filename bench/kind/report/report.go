@@ -25,6 +25,9 @@ type Result struct {
 	// and server's nodes over the runs ("nodenet-worker: invalid +12"),
 	// recorded for TCP_CRR.
 	Conntrack []string `json:"conntrack,omitempty"`
+	// Run numbers the bench runs a file holds (bench -add): 0 for the
+	// first. Figures are compared only within one run.
+	Run int `json:"run,omitempty"`
 }
 
 // Data is a results file: what ran, where, with which versions.
@@ -249,10 +252,24 @@ func Merge(earlier, later Data) Data {
 			out.Results = append(out.Results, r)
 		}
 	}
-	out.Results = append(out.Results, later.Results...)
+	run := 0
+	for _, r := range earlier.Results {
+		run = max(run, r.Run+1)
+	}
+	for _, r := range later.Results {
+		r.Run = run
+		out.Results = append(out.Results, r)
+	}
 	out.Date = earlier.Date + "; " + later.Date
 	out.Command = earlier.Command + "; then " + later.Command
-	out.Notes = append(slices.Clone(earlier.Notes), later.Notes...)
+	// An earlier "<plane> not run: …" is stale once the later run measured it.
+	out.Notes = nil
+	for _, n := range earlier.Notes {
+		if p, _, ok := strings.Cut(n, " not run: "); !ok || !slices.Contains(planes, p) {
+			out.Notes = append(out.Notes, n)
+		}
+	}
+	out.Notes = append(out.Notes, later.Notes...)
 	out.Notes = append(out.Notes, fmt.Sprintf("measured in the later run (%s), side by side with each other but not with the rest: %s",
 		later.Date, strings.Join(planes, ", ")))
 	return out

@@ -46,7 +46,7 @@ func TestMerge(t *testing.T) {
 	r := func(plane, test string, v float64) Result {
 		return Result{Dataplane: plane, Scenario: "pod → ClusterIP → pod", Test: test, Unit: "trans/s", Values: []float64{v}}
 	}
-	earlier := Data{Date: "d1", Command: "c1", Notes: []string{"n1"}, Results: []Result{
+	earlier := Data{Date: "d1", Command: "c1", Notes: []string{"n1", "nodenet host-gw ebpf not run: no bpffs"}, Results: []Result{
 		r(Baseline, "TCP_CRR", 100), r("nodenet host-gw iptables", "TCP_CRR", 50), r("upstream host-gw iptables", "TCP_CRR", 40)}}
 	later := Data{Date: "d2", Command: "c2", Results: []Result{
 		r("nodenet host-gw ebpf", "TCP_CRR", 90), r("upstream host-gw iptables", "TCP_CRR", 45)}}
@@ -63,6 +63,16 @@ func TestMerge(t *testing.T) {
 		if got[k] != v {
 			t.Errorf("%s = %v, want %v", k, got[k], v)
 		}
+	}
+	for _, x := range m.Results {
+		if want := map[bool]int{true: 1, false: 0}[x.Dataplane == "nodenet host-gw ebpf" || x.Dataplane == "upstream host-gw iptables"]; x.Run != want {
+			t.Errorf("%s: run %d, want %d", x.Dataplane, x.Run, want)
+		}
+	}
+	// Figures of different runs are not compared: nodenet host-gw iptables
+	// (run 0) against upstream host-gw iptables (run 1).
+	if tg := Targets(m); !strings.Contains(tg, "1 pairs not compared: measured in different runs") {
+		t.Errorf("targets compare across runs:\n%s", tg)
 	}
 	if m.Command != "c1; then c2" || m.Date != "d1; d2" {
 		t.Errorf("command %q date %q", m.Command, m.Date)

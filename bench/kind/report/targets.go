@@ -41,10 +41,17 @@ func Targets(d Data) string {
 		}
 		return Median(r.Values), true
 	}
+	// sameRun: both figures were measured in one bench run (a file that
+	// bench -add extended holds several; the machine differed between them).
+	sameRun := func(p1, p2, s, t string) bool {
+		r1, ok1 := d.find(p1, s, t)
+		r2, ok2 := d.find(p2, s, t)
+		return ok1 && ok2 && r1.Run == r2.Run
+	}
 
 	// 1. nodenet ≥ upstream, same backend and mode, every scenario/test.
 	b.WriteString("**nodenet ≥ upstream in every scenario** (same backend and proxy mode, same run):")
-	var met, total int
+	var met, total, otherRun int
 	var misses []string
 	for _, name := range planes {
 		n, ok := parsePlane(name)
@@ -59,6 +66,10 @@ func Targets(d Data) string {
 				if !ok1 || !ok2 || uv == 0 {
 					continue
 				}
+				if !sameRun(n.String(), u.String(), s, t) {
+					otherRun++
+					continue
+				}
 				total++
 				if nv >= uv {
 					met++
@@ -68,9 +79,12 @@ func Targets(d Data) string {
 			}
 		}
 	}
+	if otherRun > 0 {
+		fmt.Fprintf(&b, " (%d pairs not compared: measured in different runs)", otherRun)
+	}
 	switch {
 	case total == 0:
-		b.WriteString(" not judged: no nodenet and upstream planes with the same backend and mode ran.\n")
+		b.WriteString(" not judged: no nodenet and upstream planes with the same backend and mode ran in the same run.\n")
 	case met == total:
 		fmt.Fprintf(&b, " **met** (%d of %d comparisons).\n", met, total)
 	default:
@@ -83,6 +97,12 @@ func Targets(d Data) string {
 	// 2. host-gw pod → pod ≥ 95 % of the baseline.
 	fmt.Fprintf(&b, "\n**host-gw pod → pod ≥ %.0f%% of the node-to-node baseline**:", 100*podPodShare)
 	base := d.baseline()
+	baseRun := map[string]int{}
+	for _, r := range d.Results {
+		if r.Dataplane == Baseline {
+			baseRun[r.Test] = r.Run
+		}
+	}
 	var rows []string
 	allMet, found := true, false
 	for _, name := range planes {
@@ -101,6 +121,9 @@ func Targets(d Data) string {
 				verdict := "met"
 				if share < podPodShare {
 					verdict, allMet = "not met", false
+				}
+				if r, _ := d.find(name, s, t); r.Run != baseRun[t] {
+					verdict += "; baseline from another run"
 				}
 				rows = append(rows, fmt.Sprintf("  - %s, %s, %s: %.0f%% (%s)", name, s, t, 100*share, verdict))
 			}
@@ -128,8 +151,9 @@ func Targets(d Data) string {
 			continue
 		}
 		ev, ok1 := median(name, crrScenario, "TCP_CRR")
-		uv, ok2 := median(plane{"upstream", n.backend, "iptables"}.String(), crrScenario, "TCP_CRR")
-		if !ok1 || !ok2 || uv == 0 {
+		up := plane{"upstream", n.backend, "iptables"}.String()
+		uv, ok2 := median(up, crrScenario, "TCP_CRR")
+		if !ok1 || !ok2 || uv == 0 || !sameRun(name, up, crrScenario, "TCP_CRR") {
 			continue
 		}
 		judged = true
