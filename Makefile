@@ -138,7 +138,8 @@ CHAOS_BACKENDS ?= host-gw,vxlan
 CHAOS_PROXY_MODE ?= iptables
 CHAOS_OUT ?= bench/results/chaos.md
 CHAOS_SHORT_OUT ?= /tmp/nodenet-chaos-short.md
-# CHAOS_FLAGS: more flags of bench/chaos (-churn-rate 2 on a small machine).
+# CHAOS_FLAGS: more flags of bench/chaos (e.g. -churn-rate 2 on a machine
+# shared with other work; the default 10 runs on a quiet 2-core machine).
 CHAOS_FLAGS ?=
 chaos: build
 	@./hack/deps.sh $(RUN_PKGS)
