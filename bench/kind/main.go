@@ -106,6 +106,18 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	return o, nil
 }
 
+// modeCheck is the node inspection a proxy mode needs before it is
+// deployed (nil: none; iptables and nftables run on any node).
+func (k *kcluster) modeCheck(mode string) func(context.Context) (string, error) {
+	switch mode {
+	case "ebpf":
+		return k.ebpfCheck
+	case "ipvs":
+		return k.ipvsCheck
+	}
+	return nil
+}
+
 // parseModes reads a comma-separated list of proxy modes: nodenet's
 // (iptables, nftables, ipvs, ebpf) or kube-proxy's as measured here (iptables,
 // nftables).
@@ -193,8 +205,7 @@ func (k *kcluster) bringUp(ctx context.Context, repo, dp, backend string, modes 
 		}
 		var runnable []string
 		for _, m := range modes {
-			check := map[string]func(context.Context) (string, error){"ebpf": k.ebpfCheck, "ipvs": k.ipvsCheck}[m]
-			if check != nil {
+			if check := k.modeCheck(m); check != nil {
 				why, err := check(ctx)
 				if err != nil {
 					return nil, nil, err
