@@ -26,6 +26,9 @@ build:
 	@CGO_ENABLED=0 GO=$(GO) ./hack/build.sh $(BIN)/nodenet-cni ./cmd/nodenet-cni
 	@# The agent's shim, exec'd for each container and CNI plugin: static too.
 	@CGO_ENABLED=0 GO=$(GO) ./hack/build.sh $(BIN)/nodenet-shim ./cmd/nodenet-shim
+	@# The demo and chaos pods' echo server (`nodenet echo` maps to it):
+	@# pods come and go ten a second under churn, so its start-up counts.
+	@CGO_ENABLED=0 GO=$(GO) ./hack/build.sh $(BIN)/nodenet-echo ./cmd/nodenet-echo
 
 # The main job: a 3-node cluster in network namespaces (nodenet up), then
 # a demo (echo pods + a LoadBalancer Service; pod-to-pod, Service, NodePort

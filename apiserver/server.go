@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -62,6 +63,12 @@ type Config struct {
 	TokenAuthFile string
 	// TLSSANs are extra names/IPs for the serving certificate.
 	TLSSANs []string
+	// Profiling serves Go's /debug/pprof/ to system:masters (kube-apiserver's
+	// --profiling, which defaults to on and is gated by RBAC on the
+	// non-resource URL; here it is off unless asked for, since this server
+	// authorizes non-resource URLs for no one but lets every user read
+	// them).
+	Profiling bool
 	// WatchCacheSize is the number of events kept per resource for watches
 	// that resume from an older resourceVersion.
 	WatchCacheSize int
@@ -493,6 +500,10 @@ func (s *Server) route(w http.ResponseWriter, r *http.Request) {
 		return
 	case "/metrics":
 		s.metrics.handler().ServeHTTP(w, r)
+		return
+	}
+	if s.cfg.Profiling && strings.HasPrefix(r.URL.Path, "/debug/pprof/") {
+		s.serveProfile(w, r)
 		return
 	}
 	if r.Method == http.MethodGet && (s.serveDiscovery(w, r) || s.serveOpenAPI(w, r)) {

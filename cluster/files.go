@@ -102,7 +102,9 @@ func (c *Cluster) components() []*component {
 		{name: "apiserver", netns: vpc, args: []string{"apiserver",
 			"--data-dir", filepath.Join(d, "apiserver"), "--bind-address", apiIP, "--secure-port", strconv.Itoa(apiPort),
 			"--advertise-address", apiIP, "--tls-san", "127.0.0.1", "--tls-san", apiIP, "--tls-san", "localhost",
-			"--service-cluster-ip-range", ServiceCIDR, "--token-auth-file", c.tokenFile()}},
+			"--service-cluster-ip-range", ServiceCIDR, "--token-auth-file", c.tokenFile(),
+			// A development cluster: profiles for its admin (bench/chaos reads them).
+			"--profiling"}},
 		{name: "controller-manager", netns: vpc, args: []string{"controller-manager",
 			"--kubeconfig", c.ControllerKube, "--cluster-cidr", ClusterCIDR, "--leader-elect=false", "--healthz-bind-address", "",
 			"--node-monitor-grace-period", c.cfg.NodeMonitorGracePeriod.String(),

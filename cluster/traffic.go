@@ -24,7 +24,7 @@ const (
 	// outsideEchoPort is where the demo's non-pod server listens, on the
 	// vpc router's node-network address: a host on the VPC that is no pod.
 	outsideEchoPort = 8099
-	clientIPPath    = "/clientip" // node.ClientIPPath
+	clientIPPath    = "/clientip" // echo.ClientIPPath (node/echo)
 )
 
 // startOutsideEcho runs `nodenet echo` in the vpc namespace, HTTP only,

@@ -16,7 +16,7 @@ import (
 
 	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/internal/testapi"
-	"github.com/nodenet/nodenet/node"
+	"github.com/nodenet/nodenet/node/echo"
 )
 
 // outerFrame is an Ethernet/IPv4/UDP frame from src to dport with the
@@ -291,7 +291,7 @@ func serveEcho(t *testing.T, ns *nettest.NS, port int) {
 	go func() {
 		addr := fmt.Sprintf(":%d", port)
 		done <- ns.Do(func() error {
-			return node.RunEcho(ctx, node.EchoOptions{Name: "pod", TCPAddr: addr, UDPAddr: addr})
+			return echo.Run(ctx, echo.Options{Name: "pod", TCPAddr: addr, UDPAddr: addr})
 		})
 	}()
 	t.Cleanup(func() { cancel(); <-done })
@@ -305,7 +305,7 @@ func serveEcho(t *testing.T, ns *nettest.NS, port int) {
 func echoOnce(ns *nettest.NS, proto, addr, msg string) error {
 	var reply string
 	err := ns.Do(func() (err error) {
-		reply, err = node.EchoClient(context.Background(), proto+"://"+addr, msg, 3*time.Second)
+		reply, err = echo.Client(context.Background(), proto+"://"+addr, msg, 3*time.Second)
 		return err
 	})
 	if err != nil {

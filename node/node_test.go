@@ -1,16 +1,12 @@
 package node
 
 import (
-	"context"
 	"errors"
-	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,7 +39,7 @@ func TestResolveCommand(t *testing.T) {
 	w := &podWorker{a: &Agent{o: Options{Self: "/opt/nodenet"}}}
 	argv, err := w.resolve(corev1.Container{Name: "c", Command: []string{"nodenet"}, Args: []string{"echo"}}, nil)
 	if err != nil || argv[0] != "/opt/nodenet" || argv[1] != "echo" {
-		t.Errorf("nodenet echo resolved to %v, %v", argv, err)
+		t.Errorf("nodenet echo without nodenet-echo resolved to %v, %v", argv, err)
 	}
 	// The image's binary paths map to the built binaries; args expand.
 	vars := map[string]string{"MODE": "nftables"}
@@ -71,6 +67,14 @@ func TestResolveCommand(t *testing.T) {
 	if err != nil || !slices.Equal(argv, []string{filepath.Join(dir, "nodenet-proxy"), "--proxy-mode=nftables"}) {
 		t.Errorf("image nodenet-proxy resolved to %v, %v", argv, err)
 	}
+	// `nodenet echo` runs the lean nodenet-echo once it is built.
+	if err := os.WriteFile(filepath.Join(dir, "nodenet-echo"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	argv, err = wp.resolve(corev1.Container{Name: "c", Command: []string{"nodenet", "echo"}, Args: []string{"--tcp", ":9000"}}, nil)
+	if err != nil || !slices.Equal(argv, []string{filepath.Join(dir, "nodenet-echo"), "--tcp", ":9000"}) {
+		t.Errorf("nodenet echo resolved to %v, %v", argv, err)
+	}
 	if m := wp.imageBinaries(proxyCtr); len(m) != 2 || m[1].Target != daemonset.NodenetProxyPath {
 		t.Errorf("nodenet-proxy container's binaries: %+v", m)
 	}
@@ -87,80 +91,4 @@ func TestResolveCommand(t *testing.T) {
 	if _, err := w.resolve(corev1.Container{Name: "c"}, nil); !errors.As(err, &pe) {
 		t.Errorf("no command: %v", err)
 	}
-}
-
-// freePort asks the kernel for a free port on loopback and releases it.
-// Another process may take it before the server binds it; the caller then
-// sees the server fail to listen and tries another.
-func freePort(t *testing.T, network string) int {
-	t.Helper()
-	switch network {
-	case "udp":
-		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer pc.Close()
-		return pc.LocalAddr().(*net.UDPAddr).Port
-	default:
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		return ln.Addr().(*net.TCPAddr).Port
-	}
-}
-
-// TestEchoServerAndClient runs the echo server on free loopback ports and
-// talks to each of its three listeners through the client.
-func TestEchoServerAndClient(t *testing.T) {
-	for attempt := 1; ; attempt++ {
-		tcp, udp, web := freePort(t, "tcp"), freePort(t, "udp"), freePort(t, "tcp")
-		err := echoRoundTrip(t, tcp, udp, web)
-		if err == nil {
-			return
-		}
-		if attempt == 3 {
-			t.Fatalf("echo server could not listen three times: %v", err)
-		}
-		t.Logf("attempt %d: %v; trying other ports", attempt, err)
-	}
-}
-
-// echoRoundTrip returns the server's error if it could not listen (a port
-// was taken meanwhile); anything else is checked here.
-func echoRoundTrip(t *testing.T, tcp, udp, web int) error {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	served := make(chan error, 1)
-	go func() {
-		served <- RunEcho(ctx, EchoOptions{Name: "pod-a", TCPAddr: fmt.Sprintf("127.0.0.1:%d", tcp),
-			UDPAddr: fmt.Sprintf("127.0.0.1:%d", udp), HTTPAddr: fmt.Sprintf("127.0.0.1:%d", web)})
-	}()
-	want := map[string]string{
-		fmt.Sprintf("tcp://127.0.0.1:%d", tcp):   "pod-a: hi",
-		fmt.Sprintf("udp://127.0.0.1:%d", udp):   "pod-a: hi",
-		fmt.Sprintf("http://127.0.0.1:%d/", web): "pod-a",
-	}
-	for target, w := range want {
-		var got string
-		var err error
-		for range 50 {
-			select {
-			case err := <-served:
-				return fmt.Errorf("echo server stopped: %w", err)
-			default:
-			}
-			if got, err = EchoClient(ctx, target, "hi", time.Second); err == nil {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		if got != w {
-			t.Errorf("%s: got %q, %v; want %q", target, got, err, w)
-		}
-	}
-	return nil
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/nodenet/nodenet/internal/cli"
 	"github.com/nodenet/nodenet/internal/periodic"
 	"github.com/nodenet/nodenet/node"
+	"github.com/nodenet/nodenet/node/echo/echocmd"
 	"github.com/nodenet/nodenet/node/shim"
 	"github.com/nodenet/nodenet/proxy/proxycmd"
 )
@@ -337,32 +338,10 @@ func runAgent(ctx context.Context, args []string) error {
 }
 
 // runEcho is `nodenet echo`: the built-in TCP/UDP/HTTP echo server pods
-// run, or with --client a one-shot client.
+// run, or with --client a one-shot client (also built alone as
+// nodenet-echo).
 func runEcho(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("echo", flag.ContinueOnError)
-	var o node.EchoOptions
-	client := fs.String("client", "", "send one message to tcp://, udp:// or http:// target, print the reply and exit")
-	msg := fs.String("message", "hello", "message the client sends")
-	timeout := fs.Duration("timeout", 3*time.Second, "client timeout")
-	fs.StringVar(&o.Name, "name", os.Getenv("POD_NAME"), "name in every reply (default $POD_NAME, else the host name)")
-	fs.StringVar(&o.TCPAddr, "tcp", ":9000", "TCP line-echo address (empty: off)")
-	fs.StringVar(&o.UDPAddr, "udp", ":9001", "UDP echo address (empty: off)")
-	fs.StringVar(&o.HTTPAddr, "http", ":8080", "HTTP address (empty: off)")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *client != "" {
-		reply, err := node.EchoClient(ctx, *client, *msg, *timeout)
-		if err != nil {
-			return err
-		}
-		fmt.Println(reply)
-		return nil
-	}
-	if o.Name == "" {
-		o.Name, _ = os.Hostname()
-	}
-	return node.RunEcho(ctx, o)
+	return echocmd.Command(ctx, "echo", args)
 }
 
 // agentClientCA is the CA the agent checks the API server's client

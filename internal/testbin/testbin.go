@@ -22,21 +22,21 @@ func root() string {
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
-// Build returns a directory holding nodenet, nodenet-proxy, nodenet-cni and
-// nodenet-shim, built on the first call (as `make build` lays them out, so
+// Build returns a directory holding nodenet, nodenet-proxy, nodenet-cni,
+// nodenet-shim and nodenet-echo, built on the first call (as `make build` lays them out, so
 // an agent maps the image's paths to them and runs its shim as it does in
-// `make run`). nodenet-cni and nodenet-shim are built as shipped: static,
-// so each exec per pod skips the dynamic loader.
+// `make run`). nodenet-cni, nodenet-shim and nodenet-echo are built as
+// shipped: static, so each exec per pod skips the dynamic loader.
 func Build(t testing.TB) string {
 	t.Helper()
 	once.Do(func() {
 		if dir, err = os.MkdirTemp("", "nodenet-bin-"); err != nil {
 			return
 		}
-		for pkg, out := range map[string]string{"./cmd/nodenet": "nodenet", "./cmd/nodenet-proxy": "nodenet-proxy", "./cmd/nodenet-cni": "nodenet-cni", "./cmd/nodenet-shim": "nodenet-shim"} {
+		for pkg, out := range map[string]string{"./cmd/nodenet": "nodenet", "./cmd/nodenet-proxy": "nodenet-proxy", "./cmd/nodenet-cni": "nodenet-cni", "./cmd/nodenet-shim": "nodenet-shim", "./cmd/nodenet-echo": "nodenet-echo"} {
 			cmd := exec.Command("go", "build", "-o", filepath.Join(dir, out), pkg)
 			cmd.Dir = root()
-			if out == "nodenet-cni" || out == "nodenet-shim" {
+			if out != "nodenet" && out != "nodenet-proxy" {
 				cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 			}
 			if b, berr := cmd.CombinedOutput(); berr != nil {

@@ -1,4 +1,4 @@
-package node
+package echo
 
 import (
 	"bufio"
@@ -13,8 +13,8 @@ import (
 	"time"
 )
 
-// EchoOptions configure the built-in echo server (`nodenet echo`).
-type EchoOptions struct {
+// Options configure the built-in echo server (`nodenet echo`).
+type Options struct {
 	Name     string // reported in every reply
 	TCPAddr  string // line echo: "<name>: <line>"
 	UDPAddr  string // datagram echo: "<name>: <payload>"
@@ -24,8 +24,8 @@ type EchoOptions struct {
 // ClientIPPath answers with the client's address as the server sees it.
 const ClientIPPath = "/clientip"
 
-// RunEcho serves until ctx ends.
-func RunEcho(ctx context.Context, o EchoOptions) error {
+// Run serves until ctx ends.
+func Run(ctx context.Context, o Options) error {
 	var closers []io.Closer
 	defer func() {
 		for _, c := range closers {
@@ -94,9 +94,9 @@ func RunEcho(ctx context.Context, o EchoOptions) error {
 	return nil
 }
 
-// EchoClient sends msg to target (tcp://host:port, udp://host:port or
+// Client sends msg to target (tcp://host:port, udp://host:port or
 // http://host:port/path) and returns the reply.
-func EchoClient(ctx context.Context, target, msg string, timeout time.Duration) (string, error) {
+func Client(ctx context.Context, target, msg string, timeout time.Duration) (string, error) {
 	u, err := url.Parse(target)
 	if err != nil {
 		return "", err
