@@ -392,6 +392,9 @@ func (s *Server) updateObject(ctx context.Context, req *apiRequest, wantRV strin
 		if err != nil {
 			return nil, false, s.storageError(req, err)
 		}
+		if err := nodeMayWritePod(ctx, req, cur); err != nil {
+			return nil, false, err
+		}
 		cur = res.out(cur)
 		curAcc, _ := meta.Accessor(cur)
 		curRev, _ := strconv.ParseInt(curAcc.GetResourceVersion(), 10, 64)
@@ -550,6 +553,9 @@ func (s *Server) deleteStored(ctx context.Context, req *apiRequest, opts *metav1
 		cur, err := res.store.Get(ctx, req.key())
 		if err != nil {
 			return nil, s.storageError(req, err)
+		}
+		if err := nodeMayWritePod(ctx, req, cur); err != nil {
+			return nil, err
 		}
 		acc, _ := meta.Accessor(cur)
 		if p := opts.Preconditions; p != nil {

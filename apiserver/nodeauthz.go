@@ -41,8 +41,16 @@ func nodeOf(u user) (string, bool) {
 // node's pods. Everyone else is left to others.
 //
 // Decisions about a named pod, secret or account look at the pods bound to
-// the node in the watch cache, after waiting (briefly) for it to hold this
-// server's last pod write, so a pod scheduled a moment ago already counts.
+// the node in the watch cache. A pod found there decides at once; only a
+// refusal waits (briefly) for the cache to hold this server's last pod
+// write and looks again, so a pod scheduled a moment ago already counts.
+// Waiting on every request instead made each node write wait for the
+// cache to catch up with the busiest resource, which under pod churn (ten
+// pods a second) held node requests for up to 2 s and, through the
+// connections they share, everyone else's. The cache may be stale the
+// other way (a pod deleted and created again on another node a moment
+// ago): writes to a pod are therefore checked again against the stored
+// pod (nodeMayWritePod), as NodeRestriction admission does.
 type nodeAuthorizer struct {
 	s      *Server
 	others authorizer
@@ -133,14 +141,25 @@ func (a nodeAuthorizer) podOnNode(node, namespace, name string, match func(*core
 	res := a.s.byGV[coreV1]["pods"]
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
+	if a.cachedPodOnNode(node, namespace, name, match) {
+		return true
+	}
 	if err := res.cache.WaitRevision(ctx, res.store.LastWrite()); err != nil {
 		a.s.log.Warn("node authorizer: pod cache behind the last write", "err", err)
 	}
+	return a.cachedPodOnNode(node, namespace, name, match)
+}
+
+// cachedPodOnNode is podOnNode on the watch cache as it is now. The cache
+// is synced before the server serves and a list at revision 0 never
+// waits, so no deadline applies (an expired one could fail it).
+func (a nodeAuthorizer) cachedPodOnNode(node, namespace, name string, match func(*corev1.Pod) bool) bool {
+	res := a.s.byGV[coreV1]["pods"]
 	if name != "" {
 		p, ok := res.cache.Get(res.store.Key(namespace, name)).(*corev1.Pod)
 		return ok && p.Spec.NodeName == node && (match == nil || match(p))
 	}
-	objs, _, err := res.cache.List(ctx, res.store.NamespacePrefix(namespace), 0, func(o runtime.Object) bool {
+	objs, _, err := res.cache.List(context.Background(), res.store.NamespacePrefix(namespace), 0, func(o runtime.Object) bool {
 		p, ok := o.(*corev1.Pod)
 		return ok && p.Spec.NodeName == node && (match == nil || match(p))
 	})
@@ -218,6 +237,22 @@ func (a nodeAuthorizer) rules(u user, namespace string) authorizationv1.SubjectR
 		Incomplete:       true,
 		EvaluationError:  "node authorizer: writes to pods, reads of secrets and configmaps and token requests depend on the pods bound to the node",
 	}
+}
+
+// nodeMayWritePod is the NodeRestriction check of a write to a stored pod
+// (cur, read from etcd for this write): a node writes only pods bound to
+// it. The authorizer decided on the watch cache, which may lag; this
+// decides on the object the write replaces.
+func nodeMayWritePod(ctx context.Context, req *apiRequest, cur runtime.Object) error {
+	u, _ := ctx.Value(userKey{}).(user)
+	node, ok := nodeOf(u)
+	if !ok || req.res.gv != coreV1 || req.res.plural != "pods" {
+		return nil
+	}
+	if p, ok := cur.(*corev1.Pod); ok && p.Spec.NodeName != node {
+		return apierrors.NewForbidden(req.gr(), req.name, fmt.Errorf("pod %s/%s is not bound to node %q", p.Namespace, p.Name, node))
+	}
+	return nil
 }
 
 // admitNode is the NodeRestriction half for creates, whose object name is

@@ -63,6 +63,14 @@ type Config struct {
 	TokenAuthFile string
 	// TLSSANs are extra names/IPs for the serving certificate.
 	TLSSANs []string
+	// EtcdUnsafeNoFsync runs embedded etcd without fsync (etcd's
+	// --unsafe-no-fsync): its data outlives a crash of this process, which
+	// leaves it in the page cache, but not a crash of the machine. For
+	// clusters that do not outlive the machine anyway (`nodenet up`'s
+	// network namespaces), where etcd shares one disk with every node's pod
+	// churn and its fsyncs, queued behind that churn's journal commits,
+	// took up to seconds.
+	EtcdUnsafeNoFsync bool
 	// Profiling serves Go's /debug/pprof/ to system:masters (kube-apiserver's
 	// --profiling, which defaults to on and is gated by RBAC on the
 	// non-resource URL; here it is off unless asked for, since this server
@@ -346,7 +354,7 @@ func (s *Server) Stop() {
 func (s *Server) connectEtcd(ctx context.Context) error {
 	endpoints := s.cfg.EtcdServers
 	if len(endpoints) == 0 {
-		e, err := startEmbeddedEtcd(filepath.Join(s.cfg.DataDir, "etcd"))
+		e, err := startEmbeddedEtcd(filepath.Join(s.cfg.DataDir, "etcd"), s.cfg.EtcdUnsafeNoFsync)
 		if err != nil {
 			return err
 		}
@@ -375,7 +383,7 @@ func (s *Server) connectEtcd(ctx context.Context) error {
 
 // startEmbeddedEtcd runs a single-member etcd on loopback ports chosen at
 // random (retrying if another process takes one first).
-func startEmbeddedEtcd(dir string) (*embed.Etcd, error) {
+func startEmbeddedEtcd(dir string, noFsync bool) (*embed.Etcd, error) {
 	var lastErr error
 	for attempt := 0; attempt < 5; attempt++ {
 		cfg := embed.NewConfig()
@@ -385,6 +393,7 @@ func startEmbeddedEtcd(dir string) (*embed.Etcd, error) {
 		cfg.Logger = "zap"
 		cfg.LogOutputs = []string{filepath.Join(filepath.Dir(dir), "etcd.log")}
 		cfg.QuotaBackendBytes = 8 << 30
+		cfg.UnsafeNoFsync = noFsync
 		// One member, never more: its election timeout only decides how
 		// long a restarted etcd waits before it elects itself, which is
 		// most of an API server restart (default 100/1000 ms: 0.1–1 s on

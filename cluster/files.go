@@ -17,6 +17,13 @@ import (
 	"github.com/nodenet/nodenet/internal/netnsutil"
 )
 
+// controlPlaneNice is the API server's and controller manager's CPU
+// priority. A real cluster runs them on machines of their own; here they
+// share two cores with every node's pod churn, whose process starts (shim,
+// CNI plugins, the pods' own) at ten pods a second took every core and
+// starved embedded etcd until its requests timed out (5 s).
+const controlPlaneNice = -10
+
 // portmapDirs are where Debian (containernetworking-plugins) and the
 // upstream tarball put the portmap plugin; the agents search the first
 // that has it after the node's own /opt/cni/bin.
@@ -103,14 +110,19 @@ func (c *Cluster) components() []*component {
 			"--data-dir", filepath.Join(d, "apiserver"), "--bind-address", apiIP, "--secure-port", strconv.Itoa(apiPort),
 			"--advertise-address", apiIP, "--tls-san", "127.0.0.1", "--tls-san", apiIP, "--tls-san", "localhost",
 			"--service-cluster-ip-range", ServiceCIDR, "--token-auth-file", c.tokenFile(),
-			// A development cluster: profiles for its admin (bench/chaos reads them).
-			"--profiling"}},
+			// A development cluster: profiles for its admin, and etcd
+			// without fsync, since the cluster (network namespaces) does
+			// not outlive the machine and etcd shares its one disk with
+			// every node's pods (see apiserver.Config.EtcdUnsafeNoFsync).
+			"--profiling", "--etcd-unsafe-no-fsync"},
+			nice: controlPlaneNice},
 		{name: "controller-manager", netns: vpc, args: []string{"controller-manager",
 			"--kubeconfig", c.ControllerKube, "--cluster-cidr", ClusterCIDR, "--leader-elect=false", "--healthz-bind-address", "",
 			"--node-monitor-grace-period", c.cfg.NodeMonitorGracePeriod.String(),
 			// LoadBalancer IPs, and their routes in this (the vpc router's)
 			// main table: see doc.go.
-			"--lb-ip-pool", c.cfg.LBPool, "--configure-lb-routes"}},
+			"--lb-ip-pool", c.cfg.LBPool, "--configure-lb-routes"},
+			nice: controlPlaneNice},
 	}
 	if c.cfg.Backend == BackendAlloc {
 		// The vpc router's table gets one route per node podCIDR.

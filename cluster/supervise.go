@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -21,6 +22,10 @@ type component struct {
 	netns string // path of the namespace to start in
 	args  []string
 	log   string // log file
+	// nice, when not 0, is the process's CPU priority (nice(1)): the
+	// control plane's, which on a real cluster runs on machines of its
+	// own, not on the nodes whose pod churn would otherwise starve it here.
+	nice int
 
 	mu       sync.Mutex
 	pid      int
@@ -99,6 +104,18 @@ func (c *component) set(state string, pid int) {
 	c.mu.Unlock()
 }
 
+// command is the component's command line, through nice(1) when it has a
+// priority of its own (nice execs the binary: the pid and /proc's cmdline
+// are the component's). Without nice on PATH it runs at the default.
+func (c *component) command(binary string) *exec.Cmd {
+	if c.nice != 0 {
+		if p, err := exec.LookPath("nice"); err == nil {
+			return exec.Command(p, append([]string{"-n", strconv.Itoa(c.nice), binary}, c.args...)...)
+		}
+	}
+	return exec.Command(binary, c.args...)
+}
+
 // supervise runs c until ctx ends, restarting it with backoff when it
 // exits. On ctx end it sends SIGTERM, then SIGKILL after grace.
 func (c *component) supervise(ctx context.Context, binary string, out io.Writer, grace time.Duration) {
@@ -114,7 +131,7 @@ func (c *component) supervise(ctx context.Context, binary string, out io.Writer,
 			fmt.Fprintf(out, "%s: %v\n", c.name, err)
 			return
 		}
-		cmd := exec.Command(binary, c.args...)
+		cmd := c.command(binary)
 		cmd.Stdout, cmd.Stderr = f, f
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		held, err := c.start(cmd)

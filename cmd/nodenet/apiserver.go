@@ -39,6 +39,7 @@ func runAPIServer(ctx context.Context, args []string) error {
 	fs.Var(&portRangeFlag{&cfg.ServiceNodePortRange}, "service-node-port-range", "NodePort range, `LOW-HIGH`")
 	fs.StringVar(&cfg.TokenAuthFile, "token-auth-file", "", "token CSV (token,user,uid,\"groups\"); default <data-dir>/tokens.csv, created with an admin token")
 	fs.Var(&sans, "tls-san", "extra DNS names or IPs for the serving certificate (repeatable)")
+	fs.BoolVar(&cfg.EtcdUnsafeNoFsync, "etcd-unsafe-no-fsync", false, "embedded etcd without fsync (etcd's --unsafe-no-fsync): data survives a crash of this process, not of the machine; for clusters that do not outlive the machine")
 	fs.BoolVar(&cfg.Profiling, "profiling", false, "serve Go's /debug/pprof/ to system:masters users (off by default, unlike kube-apiserver: see docs)")
 	fs.IntVar(&cfg.WatchCacheSize, "watch-cache-size", 10000, "events kept per resource for resuming watches")
 	fs.DurationVar(&cfg.CompactionInterval, "etcd-compaction-interval", 5*time.Minute, "how often etcd history is compacted")
