@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -177,6 +178,24 @@ func checkNothingLeft(t *testing.T, name, bin string) {
 			if _, err := os.Stat(cg); err == nil {
 				t.Errorf("node cgroup %s left behind", cg)
 			}
+		}
+	}
+	// The slice goes with the last cluster: empty, it is a leftover (a
+	// cluster of a parallel test may be creating its cgroup in it this
+	// moment, so look twice).
+	if cg, err := cluster.NodeCgroup(name, 1); err == nil {
+		slice := filepath.Dir(cg)
+		for look := 1; ; look++ {
+			ents, err := os.ReadDir(slice)
+			busy := slices.ContainsFunc(ents, func(e os.DirEntry) bool { return e.IsDir() })
+			if err != nil || busy {
+				break
+			}
+			if look == 2 {
+				t.Errorf("empty cgroup %s left behind", slice)
+				break
+			}
+			time.Sleep(time.Second)
 		}
 	}
 	procs, _ := os.ReadDir("/proc")

@@ -45,8 +45,16 @@ func (c *Cluster) mountNode(i int) (err error) {
 	if err != nil {
 		return fmt.Errorf("%s: node cgroup: %w", NodeName(i), err)
 	}
-	if err := cgroup2.Ensure(cg); err != nil {
-		return fmt.Errorf("%s: %w", NodeName(i), err)
+	// Another cluster's down removes the slice when it holds no cgroup,
+	// possibly between MkdirAll's parent and child: try again.
+	for attempt := 1; ; attempt++ {
+		err := cgroup2.Ensure(cg)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, os.ErrNotExist) || attempt == 3 {
+			return fmt.Errorf("%s: %w", NodeName(i), err)
+		}
 	}
 	cgDir, bpfDir := filepath.Join(nd, "sys/fs/cgroup"), filepath.Join(nd, "sys/fs/bpf")
 	for _, d := range []string{cgDir, bpfDir} {
@@ -122,8 +130,8 @@ func mountsUnder(dir string) ([]string, error) {
 
 // removeNodeCgroups kills whatever is left in the cluster's node cgroups
 // (a pod process that escaped its namespace's teardown would keep one
-// busy) and removes them. Other clusters' cgroups and the slice itself
-// stay.
+// busy) and removes them, then the slice once no cluster has a cgroup in
+// it. Other clusters' cgroups stay.
 func removeNodeCgroups(name string) error {
 	mnt, err := cgroup2.Mount()
 	if errors.Is(err, cgroup2.ErrNotMounted) {
@@ -152,6 +160,12 @@ func removeNodeCgroups(name string) error {
 			continue
 		}
 		errs = append(errs, cgroup2.Remove(dir))
+	}
+	// The slice goes with the last cluster: rmdir refuses while another
+	// cluster's node cgroup is in it (EBUSY), and a cluster starting at this
+	// moment creates it again (mountNode retries).
+	if err := unix.Rmdir(slice); err != nil && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, unix.ENOENT) {
+		errs = append(errs, fmt.Errorf("remove %s: %w", slice, err))
 	}
 	return errors.Join(errs...)
 }
