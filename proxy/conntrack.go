@@ -6,6 +6,7 @@ import (
 	"net/netip"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 )
 
@@ -58,15 +59,23 @@ type staleFlows struct {
 	// dstPorts: UDP NodePorts that went from no endpoints to some
 	// (untranslated flows matched on destination port only).
 	dstPorts map[uint16]struct{}
-	// viaEndpoint: flows to a VIP:port DNATed to an endpoint that is gone.
-	viaEndpoint map[[2]netip.AddrPort]struct{}
-	// nodePortEndpoint: flows to a NodePort DNATed to an endpoint that is gone.
+	// viaEndpoint: flows to a VIP:port DNATed to an endpoint that is gone
+	// (TCP: only those the endpoint never answered; see goneEndpoint).
+	viaEndpoint map[viaEP]struct{}
+	// nodePortEndpoint: flows to a NodePort DNATed to an endpoint that is
+	// gone (TCP: likewise only the unanswered ones).
 	nodePortEndpoint map[nodePortEP]struct{}
 }
 
+type viaEP struct {
+	proto   uint8
+	vip, ep netip.AddrPort
+}
+
 type nodePortEP struct {
-	port uint16
-	ep   netip.AddrPort
+	proto uint8
+	port  uint16
+	ep    netip.AddrPort
 }
 
 func (s *staleFlows) empty() bool {
@@ -88,23 +97,24 @@ func vips(sp *ServicePort) []netip.AddrPort {
 // staleFlowsOf finds the flows made stale by the changes in was (each
 // changed port as the last successful sync programmed it, nil when it did
 // not exist) now that next is programmed: untranslated flows to the VIPs of
-// ports that gained endpoints, of any protocol, and UDP flows to removed
-// endpoints. Ports outside was are unchanged and have none. On the first
-// sync was holds every port, as new.
+// ports that gained endpoints, of any protocol, UDP flows to removed
+// endpoints and TCP flows that a removed endpoint never answered. Ports
+// outside was are unchanged and have none. On the first sync was holds
+// every port, as new.
 func staleFlowsOf(was map[ServicePortName]*ServicePort, next *Snapshot) *staleFlows {
 	s := &staleFlows{
 		gained: untranslated{}, dstPorts: map[uint16]struct{}{},
-		viaEndpoint: map[[2]netip.AddrPort]struct{}{}, nodePortEndpoint: map[nodePortEP]struct{}{},
+		viaEndpoint: map[viaEP]struct{}{}, nodePortEndpoint: map[nodePortEP]struct{}{},
 	}
 	for n, old := range was {
 		sp := next.Services[n]
 		if sp != nil && len(sp.Selected.AllReachable) > 0 && (old == nil || len(old.Selected.AllReachable) == 0) {
 			s.noteGained(sp)
 		}
-		if n.Protocol != UDP || old == nil || sp == old {
+		if old == nil || sp == old {
 			continue
 		}
-		s.noteRemovedUDP(old, sp)
+		s.noteRemoved(old, sp)
 	}
 	return s
 }
@@ -127,10 +137,21 @@ func (s *staleFlows) noteGained(sp *ServicePort) {
 	}
 }
 
-// noteRemovedUDP records the UDP flows through old's entry points to the
-// endpoints that sp (nil: deleted) no longer has: UDP has no connection to
-// end, so its flows would keep going to the gone endpoint.
-func (s *staleFlows) noteRemovedUDP(old, sp *ServicePort) {
+// noteRemoved records the flows through old's entry points to the
+// endpoints that sp (nil: deleted) no longer has. UDP has no connection to
+// end, so its flows would keep going to the gone endpoint. A TCP flow the
+// endpoint never answered is as stale: the endpoint died (its pod gone, its
+// node cut off) before it left the Service, and a client that reuses the
+// 5-tuple (ephemeral ports come round in well under SYN_SENT's 120 s at a
+// few hundred connections a second) sends its SYN into that flow and
+// follows its DNAT to the dead endpoint instead of the rules to a live one.
+// TCP flows the endpoint did answer are connections, left to end by
+// themselves: an endpoint also leaves when it only turns unready.
+func (s *staleFlows) noteRemoved(old, sp *ServicePort) {
+	proto, ok := ipProto(old.Protocol)
+	if !ok || proto == unix.IPPROTO_SCTP {
+		return
+	}
 	now := map[netip.AddrPort]bool{}
 	if sp != nil {
 		for _, e := range sp.Selected.AllReachable {
@@ -142,10 +163,10 @@ func (s *staleFlows) noteRemovedUDP(old, sp *ServicePort) {
 			continue
 		}
 		for _, v := range vips(old) {
-			s.viaEndpoint[[2]netip.AddrPort{v, e.AddrPort()}] = struct{}{}
+			s.viaEndpoint[viaEP{proto, v, e.AddrPort()}] = struct{}{}
 		}
 		if old.NodePort != 0 {
-			s.nodePortEndpoint[nodePortEP{old.NodePort, e.AddrPort()}] = struct{}{}
+			s.nodePortEndpoint[nodePortEP{proto, old.NodePort, e.AddrPort()}] = struct{}{}
 		}
 	}
 }
@@ -155,7 +176,14 @@ func (s *staleFlows) MatchConntrackFlow(flow *netlink.ConntrackFlow) bool {
 	if s.gained.MatchConntrackFlow(flow) {
 		return true
 	}
-	if flow.Forward.Protocol != unix.IPPROTO_UDP {
+	proto := flow.Forward.Protocol
+	switch proto {
+	case unix.IPPROTO_UDP:
+	case unix.IPPROTO_TCP:
+		if !unanswered(flow) {
+			return false
+		}
+	default:
 		return false
 	}
 	dst, ok1 := addrPort(flow.Forward.DstIP, flow.Forward.DstPort)
@@ -163,18 +191,25 @@ func (s *staleFlows) MatchConntrackFlow(flow *netlink.ConntrackFlow) bool {
 	if !ok1 || !ok2 {
 		return false
 	}
-	if _, ok := s.dstPorts[dst.Port()]; ok && be == dst {
+	if _, ok := s.dstPorts[dst.Port()]; ok && be == dst && proto == unix.IPPROTO_UDP {
 		// Not DNATed (the reply comes from the node itself): the flow was
 		// created while the NodePort had no endpoints.
 		return true
 	}
-	if _, ok := s.viaEndpoint[[2]netip.AddrPort{dst, be}]; ok {
+	if _, ok := s.viaEndpoint[viaEP{proto, dst, be}]; ok {
 		return true
 	}
-	if _, ok := s.nodePortEndpoint[nodePortEP{dst.Port(), be}]; ok {
+	if _, ok := s.nodePortEndpoint[nodePortEP{proto, dst.Port(), be}]; ok {
 		return true
 	}
 	return false
+}
+
+// unanswered reports whether a TCP flow is still at its client's SYN: the
+// endpoint sent nothing back, so no connection exists to break.
+func unanswered(flow *netlink.ConntrackFlow) bool {
+	tcp, ok := flow.ProtoInfo.(*netlink.ProtoInfoTCP)
+	return ok && tcp.State == nl.TCP_CONNTRACK_SYN_SENT
 }
 
 // untranslated is the set of flows to service VIPs that no rule translated:

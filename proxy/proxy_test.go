@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -345,7 +346,8 @@ func TestStaleUDPFlows(t *testing.T) {
 
 // TestStaleTCPFlows: a TCP port that gains endpoints makes the flows to its
 // VIP that nothing translated stale (a SYN that got past the rejects while
-// it had none), but a TCP flow to a removed endpoint is left to TCP.
+// it had none); a removed endpoint makes stale the TCP flows it never
+// answered, and leaves its connections to end by themselves.
 func TestStaleTCPFlows(t *testing.T) {
 	name := ServicePortName{NamespacedName: types.NamespacedName{Namespace: "a", Name: "web"}, Port: "http", Protocol: TCP}
 	mk := func(addrs ...string) *ServicePort {
@@ -368,12 +370,27 @@ func TestStaleTCPFlows(t *testing.T) {
 	}{{"none → some", mk()}, {"new with endpoints", nil}} {
 		checkMatches(t, from.what, staleFlowsOf(map[ServicePortName]*ServicePort{name: from.was}, snap(mk("10.244.0.1"))), cases)
 	}
-	// Endpoints before and after: nothing to untranslate; TCP flows to a
-	// removed endpoint stay (the connection ends by itself).
+	// Endpoints before and after: nothing to untranslate; of the flows to
+	// the removed endpoint only the unanswered ones go.
 	s := staleFlowsOf(map[ServicePortName]*ServicePort{name: mk("10.244.0.1", "10.244.0.2")}, snap(mk("10.244.0.1")))
-	if !s.empty() {
-		t.Errorf("endpoint removed from a TCP port: stale flows %+v", s)
+	synSent := func(f *netlink.ConntrackFlow) *netlink.ConntrackFlow {
+		f.ProtoInfo = &netlink.ProtoInfoTCP{State: nl.TCP_CONNTRACK_SYN_SENT}
+		return f
 	}
+	established := func(f *netlink.ConntrackFlow) *netlink.ConntrackFlow {
+		f.ProtoInfo = &netlink.ProtoInfoTCP{State: nl.TCP_CONNTRACK_ESTABLISHED}
+		return f
+	}
+	checkMatches(t, "endpoint removed", s, []flowCase{
+		{"unanswered via the ClusterIP", synSent(flow(6, "10.96.0.20", 80, "10.244.0.2", 8080)), true},
+		{"unanswered via the external IP", synSent(flow(6, "192.168.60.20", 80, "10.244.0.2", 8080)), true},
+		{"unanswered via the NodePort", synSent(flow(6, "192.168.50.1", 30080, "10.244.0.2", 8080)), true},
+		{"established to the removed endpoint", established(flow(6, "10.96.0.20", 80, "10.244.0.2", 8080)), false},
+		{"no TCP state", flow(6, "10.96.0.20", 80, "10.244.0.2", 8080), false},
+		{"unanswered to the survivor", synSent(flow(6, "10.96.0.20", 80, "10.244.0.1", 8080)), false},
+		{"UDP to the removed endpoint (a TCP port's)", flow(17, "10.96.0.20", 80, "10.244.0.2", 8080), false},
+		{"unanswered via another VIP", synSent(flow(6, "10.96.0.21", 80, "10.244.0.2", 8080)), false},
+	})
 	// Still none: the flows were refused, nothing to delete.
 	if s := staleFlowsOf(map[ServicePortName]*ServicePort{name: mk()}, snap(mk())); !s.empty() {
 		t.Errorf("TCP port without endpoints before and after: stale flows %+v", s)

@@ -42,14 +42,20 @@ type stack struct {
 	lbIP     string
 	pod1     Backend
 	pod2     Backend
+	// dead is an endpoint nobody answers for: an address on pod2's link
+	// that no namespace holds, as a pod that died before it left its
+	// Service.
+	dead Backend
 	// suffix keeps the two families' Services apart: both run in one API
 	// server's "default" namespace, where a name is taken only once.
 	suffix string
 }
 
 var (
-	ipv4Stack = stack{family: proxy.IPv4, nodeIP: NodeIP, clientIP: ClientIP, lbIP: LBIP, pod1: Pod1, pod2: Pod2}
-	ipv6Stack = stack{family: proxy.IPv6, nodeIP: NodeIP6, clientIP: ClientIP6, lbIP: LBIP6, pod1: Pod1v6, pod2: Pod2v6, suffix: "-v6"}
+	ipv4Stack = stack{family: proxy.IPv4, nodeIP: NodeIP, clientIP: ClientIP, lbIP: LBIP, pod1: Pod1, pod2: Pod2,
+		dead: Backend{IP: "10.244.2.99", Node: "node-b", Ready: true}}
+	ipv6Stack = stack{family: proxy.IPv6, nodeIP: NodeIP6, clientIP: ClientIP6, lbIP: LBIP6, pod1: Pod1v6, pod2: Pod2v6,
+		dead: Backend{IP: "fd00:10:244:2::99", Node: "node-b", Ready: true}, suffix: "-v6"}
 )
 
 // service is Service pinned to this stack's family (single-stack), so the

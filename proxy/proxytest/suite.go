@@ -163,6 +163,7 @@ var trafficCases = []trafficCase{
 	{"ExternalTrafficPolicyLocal", externalTrafficPolicyLocal},
 	{"ExternalTrafficPolicyLocalFromInside", externalTrafficPolicyLocalFromInside},
 	{"RemovedUDPEndpointGetsNoMoreDatagrams", removedUDPEndpointGetsNoMoreDatagrams},
+	{"RemovedDeadEndpointFreesItsClients", removedDeadEndpointFreesItsClients},
 	{"Hairpin", hairpin},
 }
 
@@ -410,6 +411,77 @@ func removedUDPEndpointGetsNoMoreDatagrams(t *testing.T, e *Env, s stack) {
 		}
 		return nil
 	})
+}
+
+// removedDeadEndpointFreesItsClients: a client whose SYN went to an endpoint
+// that never answered (its pod died before it left the Service) must reach a
+// live endpoint from the same 5-tuple as soon as the dead one is removed. A
+// NAT data plane keeps the unanswered flow's DNAT for SYN_SENT's 120 s, so
+// without the proxy's cleanup every client whose ephemeral port comes round
+// to it times out for two minutes: the chaos suite's failed connections in
+// endpoint churn after a node cut.
+func removedDeadEndpointFreesItsClients(t *testing.T, e *Env, s stack) {
+	svc := s.create(t, e, s.service("dead", v1.ProtocolTCP, TCPPort))
+	e.SetEndpoints(t, svc, TCPPort, s.dead)
+	Eventually(t, wait, "connections to the dead endpoint", func() error {
+		return wentNowhere(dialFrom(e.Client, net.JoinHostPort(s.clientIP, "0"), vip(svc), 300*time.Millisecond))
+	})
+	// One port, outside the ephemeral range, for the flow to the dead
+	// endpoint and the client's next try.
+	local := net.JoinHostPort(s.clientIP, "24680")
+	if err := wentNowhere(dialFrom(e.Client, local, vip(svc), 300*time.Millisecond)); err != nil {
+		t.Fatalf("first try from %s: %v", local, err)
+	}
+	e.SetEndpoints(t, svc, TCPPort, s.pod1)
+	Eventually(t, wait, "the live endpoint from the dead one's 5-tuple", func() error {
+		r, err := dialFrom(e.Client, local, vip(svc), 500*time.Millisecond)
+		if err == nil && r.Backend != "pod1" {
+			err = fmt.Errorf("answered by %s", r.Backend)
+		}
+		return err
+	})
+}
+
+// wentNowhere is nil when a dial's error says its SYN went unanswered:
+// timed out, or the node found no neighbour for the endpoint.
+func wentNowhere(_ Reply, err error) error {
+	var ne net.Error
+	switch {
+	case err == nil:
+		return errors.New("answered")
+	case errors.As(err, &ne) && ne.Timeout(), errors.Is(err, syscall.EHOSTUNREACH):
+		return nil
+	}
+	return fmt.Errorf("not unanswered: %w", err)
+}
+
+// dialFrom connects from local (ip:port; port 0 for an ephemeral one) in ns
+// to addr and reads the greeting. SO_REUSEADDR lets a test reuse a port
+// whose last connection never got past its SYN.
+func dialFrom(ns *nettest.NS, local, addr string, timeout time.Duration) (Reply, error) {
+	la, err := net.ResolveTCPAddr("tcp", local)
+	if err != nil {
+		return Reply{}, err
+	}
+	d := net.Dialer{LocalAddr: la, Timeout: timeout, Control: func(_, _ string, c syscall.RawConn) error {
+		var serr error
+		if err := c.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1)
+		}); err != nil {
+			return err
+		}
+		return serr
+	}}
+	var c net.Conn
+	if err := ns.Do(func() error {
+		var err error
+		c, err = d.Dial("tcp", addr)
+		return err
+	}); err != nil {
+		return Reply{}, err
+	}
+	defer c.Close()
+	return readGreeting(c, timeout)
 }
 
 func hairpin(t *testing.T, e *Env, s stack) {
