@@ -199,9 +199,11 @@ func runSuite(ctx context.Context, o options, report *bytes.Buffer) error {
 	if o.short {
 		baseDur = 5 * time.Second
 	}
+	pb := programming(e)
 	base := Line{Fault: "baseline (no fault)", Baseline: true, Outcome: Outcome{Start: time.Now()}}
 	time.Sleep(baseDur)
 	base.Green = time.Now().Add(-settle)
+	base.Programming = programmingSince(programming(e), pb)
 
 	var lines []Line
 	var errs []error
@@ -219,6 +221,7 @@ func runSuite(ctx context.Context, o options, report *bytes.Buffer) error {
 			continue
 		}
 		fmt.Printf("fault: %s\n", f.Name)
+		pb := programming(e)
 		out, err := f.Inject(ctx, e)
 		l.Outcome = out
 		if err != nil {
@@ -229,8 +232,9 @@ func runSuite(ctx context.Context, o options, report *bytes.Buffer) error {
 		if !out.Green.IsZero() {
 			fmt.Printf("  checks green after %s\n", out.Green.Sub(out.Start).Round(time.Millisecond))
 		}
-		lines = append(lines, l)
 		time.Sleep(settle)
+		l.Programming = programmingSince(programming(e), pb)
+		lines = append(lines, l)
 	}
 	// The last second's report is written before the logs are read.
 	time.Sleep(1500 * time.Millisecond)
