@@ -218,6 +218,12 @@ func (p *planner) build(w *work) *discoveryv1.EndpointSlice {
 			s.Annotations = map[string]string{}
 		}
 		s.Annotations[corev1.EndpointsLastChangeTriggerTime] = p.trigger.UTC().Format(time.RFC3339Nano)
+	} else {
+		// A write with no pod or Service change behind it (a repair, a
+		// rebalance) must not carry the last one's time: proxies observe
+		// every update's trigger time, and the old one would count as a
+		// change that took from then until now to program.
+		delete(s.Annotations, corev1.EndpointsLastChangeTriggerTime)
 	}
 	s.Ports = slices.Clone(w.group.ports)
 	s.Endpoints = slices.Clone(w.endpoints)

@@ -207,5 +207,14 @@ func TestPlanRepairs(t *testing.T) {
 		if p := newPlanner(planSvc, 100, at).plan(g, existing); !p.empty() {
 			t.Fatal("a trigger time alone caused a write")
 		}
+		// The next write without a trigger drops the time it carried.
+		g3 := testGroup(8080, append(slices.Clone(names), "q", "r")...)
+		p = newPlanner(planSvc, 100, time.Time{}).plan(g3, stored(p))
+		if len(p.update) != 1 {
+			t.Fatalf("updates %d, want 1", len(p.update))
+		}
+		if v, ok := p.update[0].Annotations[corev1.EndpointsLastChangeTriggerTime]; ok {
+			t.Errorf("a write without a trigger kept the last one's time %s", v)
+		}
 	})
 }
