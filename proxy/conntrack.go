@@ -1,9 +1,11 @@
 package proxy
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/netip"
+	"sync"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
@@ -294,4 +296,57 @@ func addrPort(ip net.IP, port uint16) (netip.AddrPort, bool) {
 		return netip.AddrPort{}, false
 	}
 	return netip.AddrPortFrom(a.Unmap(), port), true
+}
+
+// conntrackCleaner deletes stale flows off the sync loop's path. Filters
+// handed to it between two deletions are merged, so a burst of syncs costs
+// one table dump per family, not one each. A flow matched by an older
+// filter is stale still: the filters only ever name flows to endpoints
+// that had left, or to VIPs their rules did not translate.
+type conntrackCleaner struct {
+	delete  func(Family, anyFilter)
+	mu      sync.Mutex
+	pending map[Family]anyFilter
+	wake    chan struct{}
+}
+
+func newConntrackCleaner(del func(Family, anyFilter)) *conntrackCleaner {
+	return &conntrackCleaner{delete: del, pending: map[Family]anyFilter{}, wake: make(chan struct{}, 1)}
+}
+
+// add queues filter's flows of f for deletion.
+func (c *conntrackCleaner) add(f Family, filter anyFilter) {
+	c.mu.Lock()
+	c.pending[f] = append(c.pending[f], filter...)
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run deletes what is queued until ctx ends; what is still queued then
+// is deleted before it returns, so no stale flow outlives a clean stop.
+func (c *conntrackCleaner) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			c.drain()
+			return
+		case <-c.wake:
+			c.drain()
+		}
+	}
+}
+
+func (c *conntrackCleaner) drain() {
+	c.mu.Lock()
+	pending := c.pending
+	c.pending = map[Family]anyFilter{}
+	c.mu.Unlock()
+	for _, f := range []Family{IPv4, IPv6} {
+		if filter := pending[f]; len(filter) > 0 {
+			c.delete(f, filter)
+		}
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -78,6 +79,10 @@ type Proxy struct {
 	state      map[Family]*familyState
 	nodePorts  map[Family]NodePorts
 	lastFull   time.Time
+
+	// cleaner, while RunLoop runs, deletes stale conntrack flows beside
+	// the sync loop; nil: each sync deletes its own before returning.
+	cleaner atomic.Pointer[conntrackCleaner]
 }
 
 // New returns a Proxy driving planes (at least one family).
@@ -210,6 +215,14 @@ func (p *Proxy) RunLoop(ctx context.Context) {
 	// sync that never succeeds turns /healthz unhealthy.
 	for _, f := range p.fams {
 		p.health.updated(f)
+	}
+	if p.cfg.Conntrack != nil {
+		c := newConntrackCleaner(p.deleteFlows)
+		p.cleaner.Store(c)
+		done := make(chan struct{})
+		go func() { defer close(done); c.run(ctx) }()
+		defer func() { <-done }()
+		defer p.cleaner.Store(nil)
 	}
 	p.nudge() // the first sync runs even with nothing to track
 	for {
@@ -464,6 +477,20 @@ func (p *Proxy) cleanConntrack(f Family, was map[ServicePortName]*ServicePort, n
 	if len(filter) == 0 {
 		return
 	}
+	// A deletion dumps the whole table: 0.5–2 s with the tens of thousands
+	// of flows a busy node holds. Inside the sync it held back the next
+	// one, and the endpoints that sync removed stayed in the rules past
+	// their pods' drain. The rules are right already; the flows can go a
+	// moment later.
+	if c := p.cleaner.Load(); c != nil {
+		c.add(f, filter)
+		return
+	}
+	p.deleteFlows(f, filter)
+}
+
+// deleteFlows deletes f's flows that filter matches, with metrics.
+func (p *Proxy) deleteFlows(f Family, filter anyFilter) {
 	start := time.Now()
 	n, err := p.cfg.Conntrack.DeleteFlows(f, filter)
 	p.metrics.ConntrackReconcileLatency.WithLabelValues(f.String()).Observe(time.Since(start).Seconds())

@@ -743,3 +743,56 @@ func checkMatches(t *testing.T, filter string, m netlink.CustomConntrackFilter, 
 		}
 	}
 }
+
+// TestConntrackCleanerMergesAndDrains: filters queued while a deletion runs
+// go out together in the next one, per family, and a stop deletes what is
+// still queued.
+func TestConntrackCleanerMergesAndDrains(t *testing.T) {
+	type call struct {
+		f Family
+		n int
+	}
+	calls := make(chan call, 10)
+	release := make(chan struct{})
+	c := newConntrackCleaner(func(f Family, filter anyFilter) {
+		calls <- call{f, len(filter)}
+		<-release
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); c.run(ctx) }()
+
+	c.add(IPv4, anyFilter{&staleFlows{}})
+	if got := <-calls; got != (call{IPv4, 1}) {
+		t.Fatalf("first deletion %+v", got)
+	}
+	// While it runs: two more IPv4 filters and one IPv6.
+	c.add(IPv4, anyFilter{&staleFlows{}})
+	c.add(IPv4, anyFilter{&staleFlows{}})
+	c.add(IPv6, anyFilter{&staleFlows{}})
+	release <- struct{}{}
+	if got := <-calls; got != (call{IPv4, 2}) {
+		t.Errorf("merged IPv4 deletion %+v, want both filters in one", got)
+	}
+	release <- struct{}{}
+	if got := <-calls; got != (call{IPv6, 1}) {
+		t.Errorf("IPv6 deletion %+v", got)
+	}
+	release <- struct{}{}
+
+	// Queued at the stop: deleted before run returns.
+	close(release)
+	c.mu.Lock()
+	c.pending[IPv4] = anyFilter{&staleFlows{}}
+	c.mu.Unlock()
+	cancel()
+	<-done
+	select {
+	case got := <-calls:
+		if got != (call{IPv4, 1}) {
+			t.Errorf("deletion at stop %+v", got)
+		}
+	default:
+		t.Error("a filter queued at the stop was dropped")
+	}
+}
