@@ -5,12 +5,12 @@ import (
 	"net"
 	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 
+	"github.com/nodenet/nodenet/internal/nettest"
 	"github.com/nodenet/nodenet/proxy/proxytest"
 )
 
@@ -78,15 +78,7 @@ func (k *tcEnv) dialFromPort(addr string, port int) (string, error) {
 		d := net.Dialer{
 			Timeout:   time.Second,
 			LocalAddr: &net.TCPAddr{IP: net.ParseIP(proxytest.ClientIP), Port: port},
-			Control: func(_, _ string, c syscall.RawConn) error {
-				var serr error
-				if err := c.Control(func(fd uintptr) {
-					serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1)
-				}); err != nil {
-					return err
-				}
-				return serr
-			},
+			Control:   nettest.ReuseAddr,
 		}
 		c, err := d.Dial("tcp", addr)
 		if err != nil {

@@ -463,15 +463,7 @@ func dialFrom(ns *nettest.NS, local, addr string, timeout time.Duration) (Reply,
 	if err != nil {
 		return Reply{}, err
 	}
-	d := net.Dialer{LocalAddr: la, Timeout: timeout, Control: func(_, _ string, c syscall.RawConn) error {
-		var serr error
-		if err := c.Control(func(fd uintptr) {
-			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_REUSEADDR, 1)
-		}); err != nil {
-			return err
-		}
-		return serr
-	}}
+	d := net.Dialer{LocalAddr: la, Timeout: timeout, Control: nettest.ReuseAddr}
 	var c net.Conn
 	if err := ns.Do(func() error {
 		var err error
