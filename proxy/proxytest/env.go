@@ -260,10 +260,15 @@ type Reply struct {
 
 // DialTCP connects from ns to addr and reads the greeting.
 func DialTCP(ns *nettest.NS, addr string, timeout time.Duration) (Reply, error) {
+	return dialTCPWith(ns, net.Dialer{Timeout: timeout}, addr, timeout)
+}
+
+// dialTCPWith is DialTCP through d (a fixed local address, socket options).
+func dialTCPWith(ns *nettest.NS, d net.Dialer, addr string, timeout time.Duration) (Reply, error) {
 	var c net.Conn
 	if err := ns.Do(func() error {
 		var err error
-		c, err = net.DialTimeout("tcp", addr, timeout)
+		c, err = d.Dial("tcp", addr)
 		return err
 	}); err != nil {
 		return Reply{}, err

@@ -424,7 +424,7 @@ func removedDeadEndpointFreesItsClients(t *testing.T, e *Env, s stack) {
 	svc := s.create(t, e, s.service("dead", v1.ProtocolTCP, TCPPort))
 	e.SetEndpoints(t, svc, TCPPort, s.dead)
 	Eventually(t, wait, "connections to the dead endpoint", func() error {
-		return wentNowhere(dialFrom(e.Client, net.JoinHostPort(s.clientIP, "0"), vip(svc), 300*time.Millisecond))
+		return wentNowhere(DialTCP(e.Client, vip(svc), 300*time.Millisecond))
 	})
 	// One port, outside the ephemeral range, for the flow to the dead
 	// endpoint and the client's next try.
@@ -455,25 +455,14 @@ func wentNowhere(_ Reply, err error) error {
 	return fmt.Errorf("not unanswered: %w", err)
 }
 
-// dialFrom connects from local (ip:port; port 0 for an ephemeral one) in ns
-// to addr and reads the greeting. SO_REUSEADDR lets a test reuse a port
-// whose last connection never got past its SYN.
+// dialFrom is DialTCP from a fixed local ip:port. SO_REUSEADDR lets a
+// test reuse a port whose last connection never got past its SYN.
 func dialFrom(ns *nettest.NS, local, addr string, timeout time.Duration) (Reply, error) {
 	la, err := net.ResolveTCPAddr("tcp", local)
 	if err != nil {
 		return Reply{}, err
 	}
-	d := net.Dialer{LocalAddr: la, Timeout: timeout, Control: nettest.ReuseAddr}
-	var c net.Conn
-	if err := ns.Do(func() error {
-		var err error
-		c, err = d.Dial("tcp", addr)
-		return err
-	}); err != nil {
-		return Reply{}, err
-	}
-	defer c.Close()
-	return readGreeting(c, timeout)
+	return dialTCPWith(ns, net.Dialer{LocalAddr: la, Timeout: timeout, Control: nettest.ReuseAddr}, addr, timeout)
 }
 
 func hairpin(t *testing.T, e *Env, s stack) {
