@@ -62,7 +62,7 @@ type staleFlows struct {
 	// (untranslated flows matched on destination port only).
 	dstPorts map[uint16]struct{}
 	// viaEndpoint: flows to a VIP:port DNATed to an endpoint that is gone
-	// (TCP: only those the endpoint never answered; see goneEndpoint).
+	// (TCP: only those the endpoint never answered; see noteRemoved).
 	viaEndpoint map[viaEP]struct{}
 	// nodePortEndpoint: flows to a NodePort DNATed to an endpoint that is
 	// gone (TCP: likewise only the unanswered ones).
@@ -298,25 +298,33 @@ func addrPort(ip net.IP, port uint16) (netip.AddrPort, bool) {
 	return netip.AddrPortFrom(a.Unmap(), port), true
 }
 
-// conntrackCleaner deletes stale flows off the sync loop's path. Filters
-// handed to it between two deletions are merged, so a burst of syncs costs
-// one table dump per family, not one each. A flow matched by an older
-// filter is stale still: the filters only ever name flows to endpoints
-// that had left, or to VIPs their rules did not translate.
+// conntrackCleaner deletes stale flows off the sync loop's path while it
+// runs (RunLoop), and in the caller otherwise (SyncNow alone, after a
+// stop). Filters handed to it between two deletions are merged, so a burst
+// of syncs costs one table dump per family, not one each. A flow matched
+// by an older filter is stale still: the filters only ever name flows to
+// endpoints that had left, or to VIPs their rules did not translate.
 type conntrackCleaner struct {
 	delete  func(Family, anyFilter)
-	mu      sync.Mutex
-	pending map[Family]anyFilter
 	wake    chan struct{}
+	mu      sync.Mutex
+	running bool
+	pending map[Family]anyFilter
 }
 
 func newConntrackCleaner(del func(Family, anyFilter)) *conntrackCleaner {
 	return &conntrackCleaner{delete: del, pending: map[Family]anyFilter{}, wake: make(chan struct{}, 1)}
 }
 
-// add queues filter's flows of f for deletion.
+// add deletes filter's flows of f: queued while the cleaner runs, at once
+// otherwise.
 func (c *conntrackCleaner) add(f Family, filter anyFilter) {
 	c.mu.Lock()
+	if !c.running {
+		c.mu.Unlock()
+		c.delete(f, filter)
+		return
+	}
 	c.pending[f] = append(c.pending[f], filter...)
 	c.mu.Unlock()
 	select {
@@ -325,24 +333,35 @@ func (c *conntrackCleaner) add(f Family, filter anyFilter) {
 	}
 }
 
-// run deletes what is queued until ctx ends; what is still queued then
-// is deleted before it returns, so no stale flow outlives a clean stop.
-func (c *conntrackCleaner) run(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			c.drain()
-			return
-		case <-c.wake:
-			c.drain()
+// start deletes what is queued on a goroutine of its own until ctx ends.
+// The returned func waits for it; by then what was queued is deleted and
+// later adds delete in their caller, so no filter is dropped at a stop.
+func (c *conntrackCleaner) start(ctx context.Context) (wait func()) {
+	c.mu.Lock()
+	c.running = true
+	c.mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-ctx.Done():
+				c.drain(false)
+				return
+			case <-c.wake:
+				c.drain(true)
+			}
 		}
-	}
+	}()
+	return func() { <-done }
 }
 
-func (c *conntrackCleaner) drain() {
+// drain deletes what is queued; running false ends the queueing.
+func (c *conntrackCleaner) drain(running bool) {
 	c.mu.Lock()
 	pending := c.pending
 	c.pending = map[Family]anyFilter{}
+	c.running = running
 	c.mu.Unlock()
 	for _, f := range []Family{IPv4, IPv6} {
 		if filter := pending[f]; len(filter) > 0 {

@@ -10,7 +10,6 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -80,9 +79,9 @@ type Proxy struct {
 	nodePorts  map[Family]NodePorts
 	lastFull   time.Time
 
-	// cleaner, while RunLoop runs, deletes stale conntrack flows beside
-	// the sync loop; nil: each sync deletes its own before returning.
-	cleaner atomic.Pointer[conntrackCleaner]
+	// cleaner deletes the stale conntrack flows each sync finds (nil
+	// without cfg.Conntrack).
+	cleaner *conntrackCleaner
 }
 
 // New returns a Proxy driving planes (at least one family).
@@ -128,6 +127,9 @@ func New(cfg Config, planes map[Family]DataPlane) (*Proxy, error) {
 	}
 	p.health = newHealthState(max(stale, 10*cfg.MinSyncPeriod), time.Now)
 	p.hc = &healthCheckServers{listen: cfg.HealthCheckListen, log: cfg.Logger, health: p.health}
+	if cfg.Conntrack != nil {
+		p.cleaner = newConntrackCleaner(p.deleteFlows)
+	}
 	for f := range planes {
 		p.fams = append(p.fams, f)
 		p.state[f] = &familyState{byService: map[types.NamespacedName][]*ServicePort{}}
@@ -216,13 +218,8 @@ func (p *Proxy) RunLoop(ctx context.Context) {
 	for _, f := range p.fams {
 		p.health.updated(f)
 	}
-	if p.cfg.Conntrack != nil {
-		c := newConntrackCleaner(p.deleteFlows)
-		p.cleaner.Store(c)
-		done := make(chan struct{})
-		go func() { defer close(done); c.run(ctx) }()
-		defer func() { <-done }()
-		defer p.cleaner.Store(nil)
+	if p.cleaner != nil {
+		defer p.cleaner.start(ctx)()
 	}
 	p.nudge() // the first sync runs even with nothing to track
 	for {
@@ -460,7 +457,7 @@ func (p *Proxy) syncFamily(ctx context.Context, f Family, snap *Snapshot, cs Cha
 // untranslated): a full sync is what repairs rules removed behind the
 // proxy's back, and the flows created meanwhile outlive the repair.
 func (p *Proxy) cleanConntrack(f Family, was map[ServicePortName]*ServicePort, next *Snapshot, cs ChangeSet) {
-	if p.cfg.Conntrack == nil || !p.programmed[f] && !cs.Full {
+	if p.cleaner == nil || !p.programmed[f] && !cs.Full {
 		return
 	}
 	var filter anyFilter
@@ -482,11 +479,7 @@ func (p *Proxy) cleanConntrack(f Family, was map[ServicePortName]*ServicePort, n
 	// one, and the endpoints that sync removed stayed in the rules past
 	// their pods' drain. The rules are right already; the flows can go a
 	// moment later.
-	if c := p.cleaner.Load(); c != nil {
-		c.add(f, filter)
-		return
-	}
-	p.deleteFlows(f, filter)
+	p.cleaner.add(f, filter)
 }
 
 // deleteFlows deletes f's flows that filter matches, with metrics.

@@ -745,23 +745,37 @@ func checkMatches(t *testing.T, filter string, m netlink.CustomConntrackFilter, 
 }
 
 // TestConntrackCleanerMergesAndDrains: filters queued while a deletion runs
-// go out together in the next one, per family, and a stop deletes what is
-// still queued.
+// go out together in the next one, per family; a stop deletes what is
+// still queued; before a start and after a stop, a filter is deleted in
+// its caller.
 func TestConntrackCleanerMergesAndDrains(t *testing.T) {
 	type call struct {
 		f Family
 		n int
 	}
 	calls := make(chan call, 10)
-	release := make(chan struct{})
+	release := make(chan struct{}, 10)
 	c := newConntrackCleaner(func(f Family, filter anyFilter) {
 		calls <- call{f, len(filter)}
 		<-release
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); c.run(ctx) }()
+	inline := func(what string) {
+		t.Helper()
+		release <- struct{}{}
+		c.add(IPv6, anyFilter{&staleFlows{}})
+		select {
+		case got := <-calls:
+			if got != (call{IPv6, 1}) {
+				t.Errorf("%s: deletion %+v", what, got)
+			}
+		default:
+			t.Errorf("%s: add returned before deleting", what)
+		}
+	}
+	inline("not started")
 
+	ctx, cancel := context.WithCancel(context.Background())
+	wait := c.start(ctx)
 	c.add(IPv4, anyFilter{&staleFlows{}})
 	if got := <-calls; got != (call{IPv4, 1}) {
 		t.Fatalf("first deletion %+v", got)
@@ -778,15 +792,15 @@ func TestConntrackCleanerMergesAndDrains(t *testing.T) {
 	if got := <-calls; got != (call{IPv6, 1}) {
 		t.Errorf("IPv6 deletion %+v", got)
 	}
-	release <- struct{}{}
 
-	// Queued at the stop: deleted before run returns.
-	close(release)
+	// Queued at the stop: deleted before wait returns.
 	c.mu.Lock()
 	c.pending[IPv4] = anyFilter{&staleFlows{}}
 	c.mu.Unlock()
+	release <- struct{}{} // the IPv6 deletion above
+	release <- struct{}{} // the one at the stop
 	cancel()
-	<-done
+	wait()
 	select {
 	case got := <-calls:
 		if got != (call{IPv4, 1}) {
@@ -795,4 +809,5 @@ func TestConntrackCleanerMergesAndDrains(t *testing.T) {
 	default:
 		t.Error("a filter queued at the stop was dropped")
 	}
+	inline("stopped")
 }
