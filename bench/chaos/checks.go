@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os/exec"
 	"strings"
 	"time"
@@ -27,19 +29,33 @@ func dialIn(netns, addr string) (net.Conn, error) {
 	return c, err
 }
 
-// httpOK is whether GET path on addr, from inside netns, answers 200.
-func httpOK(netns, addr, path string) bool {
+// getIn sends GET path to addr from inside netns and reads the body
+// (HTTP/1.0, the connection closed after it), within timeout.
+func getIn(netns, addr, path string, timeout time.Duration) ([]byte, error) {
 	c, err := dialIn(netns, addr)
 	if err != nil {
-		return false
+		return nil, err
 	}
 	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(time.Second))
+	_ = c.SetDeadline(time.Now().Add(timeout))
 	if _, err := fmt.Fprintf(c, "GET %s HTTP/1.0\r\nHost: %s\r\n\r\n", path, addr); err != nil {
-		return false
+		return nil, err
 	}
-	status, err := bufio.NewReader(c).ReadString('\n')
-	return err == nil && strings.Contains(status, " 200 ")
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s: %s", path, resp.Status)
+	}
+	return io.ReadAll(resp.Body)
+}
+
+// httpOK is whether GET path on addr, from inside netns, answers 200.
+func httpOK(netns, addr, path string) bool {
+	_, err := getIn(netns, addr, path, time.Second)
+	return err == nil
 }
 
 // listening is whether addr accepts a connection from inside netns.
