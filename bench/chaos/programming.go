@@ -1,9 +1,10 @@
 package main
 
 import (
-	"bytes"
+	"bufio"
 	"fmt"
 	"math"
+	"net/http"
 	"sort"
 	"time"
 
@@ -120,12 +121,25 @@ func programmingSince(after, before []histogram) histogram {
 // scrapeProgramming reads the programming histogram of the proxy in
 // netns, summed over its families.
 func scrapeProgramming(netns string) (histogram, error) {
-	body, err := getIn(netns, proxyMetricsAddr, "/metrics", 2*time.Second)
+	c, err := dialIn(netns, proxyMetricsAddr)
 	if err != nil {
 		return histogram{}, fmt.Errorf("proxy metrics in %s: %w", netns, err)
 	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := fmt.Fprintf(c, "GET /metrics HTTP/1.0\r\nHost: %s\r\n\r\n", proxyMetricsAddr); err != nil {
+		return histogram{}, fmt.Errorf("proxy metrics in %s: %w", netns, err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return histogram{}, fmt.Errorf("proxy metrics in %s: %w", netns, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return histogram{}, fmt.Errorf("proxy metrics in %s: %s", netns, resp.Status)
+	}
 	parser := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	mfs, err := parser.TextToMetricFamilies(resp.Body)
 	if err != nil {
 		return histogram{}, fmt.Errorf("parse proxy metrics in %s: %w", netns, err)
 	}
