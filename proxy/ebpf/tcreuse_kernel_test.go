@@ -1,10 +1,12 @@
 package ebpf
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -28,7 +30,7 @@ func TestTCReusedSourcePort(t *testing.T) {
 	const rounds, port = 40, 40000
 	seen := map[string]int{}
 	for i := range rounds {
-		backend, err := k.dialFromPort(addr, port)
+		backend, err := k.dialFromPortOnceFree(addr, port)
 		if err != nil {
 			t.Fatalf("connection %d of %d from the reused port %d: %v (backends so far %v); the node's TCP entries:\n%s",
 				i+1, rounds, port, err, seen, k.conntrackTCP())
@@ -68,6 +70,24 @@ func (k *tcEnv) tcpNodePort(t *testing.T, name string) *v1.Service {
 		return err
 	})
 	return svc
+}
+
+// dialFromPortOnceFree is dialFromPort, waiting out EADDRNOTAVAIL: the
+// client's own kernel still holding the previous connection on the port.
+// That happens when a fork elsewhere in this process (the proxy runs
+// tools) copied the previous socket's descriptor just before it was closed:
+// the socket lives on, established, until the child execs. The node's
+// handling of the reused tuple, the subject here, starts only once the SYN
+// leaves, so the wait is bounded and anything else fails at once.
+func (k *tcEnv) dialFromPortOnceFree(addr string, port int) (string, error) {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		backend, err := k.dialFromPort(addr, port)
+		if !errors.Is(err, syscall.EADDRNOTAVAIL) || time.Now().After(deadline) {
+			return backend, err
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // dialFromPort connects from the client's address and port to addr, reads
