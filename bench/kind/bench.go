@@ -188,15 +188,19 @@ func (k *kcluster) measure(ctx context.Context, o options, plane string, scen []
 // the results and the report. Results measured before a failure are kept.
 func (k *kcluster) bench(ctx context.Context, o options, repo string) error {
 	data := report.Data{Date: time.Now().UTC().Format("2006-01-02 15:04 MST"),
-		Command: fmt.Sprintf("make bench-kind (go run ./bench/kind bench -backend %s -proxy-modes %s -upstream-modes %s -runs %d -seconds %d)",
-			strings.Join(o.backends, ","), strings.Join(o.modes, ","), upstreamModesArg(o.upstream), o.runs, o.seconds),
+		Command: fmt.Sprintf("make bench-kind (go run ./bench/kind bench -backend %s -proxy-modes %s -upstream-modes %s -runs %d -seconds %d%s)",
+			strings.Join(o.backends, ","), strings.Join(o.modes, ","), upstreamModesArg(o.upstream), o.runs, o.seconds, servicesArg(o.services)),
 		Machine:  machine(),
-		Versions: versions()}
+		Versions: versions(),
+		Services: o.services}
 	var earlier *report.Data
 	if o.add {
 		d, err := report.Load(o.data)
 		if err != nil {
 			return fmt.Errorf("-add: %w", err)
+		}
+		if d.Services != o.services {
+			return fmt.Errorf("-add: %s was measured with %d filler Services, this run has -services %d: figures at two scales do not go in one report", o.data, d.Services, o.services)
 		}
 		earlier = &d
 	}
@@ -255,6 +259,11 @@ func (k *kcluster) benchPlane(ctx context.Context, o options, repo, dp, backend 
 	if err != nil {
 		return err
 	}
+	if o.services > 0 {
+		if err := k.createFillers(ctx, o.services); err != nil {
+			return err
+		}
+	}
 	if baseline {
 		if err := k.p.step(ctx, "netperf: node-to-node baseline", func(ctx context.Context) error {
 			defer noteLoad(data, report.Baseline)()
@@ -274,6 +283,11 @@ func (k *kcluster) benchPlane(ctx context.Context, o options, repo, dp, backend 
 		plane := planeName(dp, backend, m)
 		if err := k.checkTraffic(ctx, plane); err != nil {
 			return err
+		}
+		if o.services > 0 {
+			if err := k.waitFillers(ctx, o.services, plane); err != nil {
+				return err
+			}
 		}
 		if err := k.p.step(ctx, "netperf: "+plane, func(ctx context.Context) error {
 			defer noteLoad(data, plane)()
@@ -306,6 +320,13 @@ func loadAverage() string {
 		return f[0]
 	}
 	return "?"
+}
+
+func servicesArg(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" -services %d", n)
 }
 
 func upstreamModesArg(modes []string) string {

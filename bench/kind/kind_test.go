@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodenet/nodenet/bench/kind/report"
@@ -197,11 +199,15 @@ func TestParseArgs(t *testing.T) {
 	if o.cmd != "up" || strings.Join(o.backends, ",") != "vxlan" || strings.Join(o.modes, ",") != "nftables,iptables" || o.runs != 3 {
 		t.Fatalf("got %+v", o)
 	}
+	if o, err := parseArgs([]string{"bench", "-services", "10000"}, io.Discard); err != nil || o.services != 10000 {
+		t.Fatalf("-services 10000: %+v, %v", o, err)
+	}
 	if o, err := parseArgs([]string{"bench", "-backend", "host-gw,vxlan"}, io.Discard); err != nil || len(o.backends) != 2 {
 		t.Fatalf("bench with two backends: %+v, %v", o, err)
 	}
 	for _, bad := range [][]string{{}, {"nope"}, {"up", "-backend", "ipip"}, {"bench", "-proxy-modes", "userspace"},
-		{"bench", "-runs", "0"}, {"down", "extra"}, {"up", "-backend", "host-gw,vxlan"}} {
+		{"bench", "-runs", "0"}, {"down", "extra"}, {"up", "-backend", "host-gw,vxlan"},
+		{"bench", "-services", "-1"}, {"bench", "-services", "70000"}} {
 		if _, err := parseArgs(bad, io.Discard); err == nil {
 			t.Errorf("%q: accepted", bad)
 		}
@@ -433,5 +439,27 @@ func TestReportFromRecordedData(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(out, "kind-netperf.md")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A filler is what the proxies serve without help: a Service with no
+// selector (the EndpointSlice controller leaves its slice alone) whose
+// slice names it, carries the Service port's name and one ready endpoint.
+func TestFillerObjects(t *testing.T) {
+	svc, slice := fillerObjects(42, "10.244.1.5", 9000)
+	if svc.Name != "filler-00042" || slice.Name != svc.Name || svc.Namespace != fillerNS || slice.Namespace != fillerNS {
+		t.Fatalf("names: %s/%s, %s/%s", svc.Namespace, svc.Name, slice.Namespace, slice.Name)
+	}
+	if svc.Spec.Selector != nil || svc.Spec.Type != v1.ServiceTypeClusterIP || svc.Spec.Ports[0].Port != fillerPort {
+		t.Errorf("service spec: %+v", svc.Spec)
+	}
+	if slice.Labels[discoveryv1.LabelServiceName] != svc.Name || slice.Labels[discoveryv1.LabelManagedBy] == "endpointslice-controller.k8s.io" {
+		t.Errorf("slice labels: %v", slice.Labels)
+	}
+	if *slice.Ports[0].Name != svc.Spec.Ports[0].Name || *slice.Ports[0].Port != 9000 || *slice.Ports[0].Protocol != v1.ProtocolTCP {
+		t.Errorf("slice port %+v does not serve the Service port %+v", slice.Ports[0], svc.Spec.Ports[0])
+	}
+	if ep := slice.Endpoints; len(ep) != 1 || ep[0].Addresses[0] != "10.244.1.5" || !*ep[0].Conditions.Ready {
+		t.Errorf("endpoints: %+v", ep)
 	}
 }

@@ -31,6 +31,7 @@ type options struct {
 	runs      int
 	seconds   int
 	add       bool // bench: add to -data rather than replace it
+	services  int  // bench: filler Services beside the benchmark's (fillers.go)
 }
 
 var commands = map[string]string{
@@ -70,6 +71,7 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	fs.BoolVar(&o.add, "add", false, "bench: add to the results file rather than replace it: a result of the same data plane, scenario and test is replaced, the file's node-to-node baseline is kept (not measured again), and the notes say which data planes the later run measured")
 	fs.IntVar(&o.runs, "runs", 3, "runs of each netperf test")
 	fs.IntVar(&o.seconds, "seconds", 5, "length of each netperf run")
+	fs.IntVar(&o.services, "services", 0, "bench: this many more ClusterIP Services (one endpoint each) on every cluster, programmed before each plane is measured: the scale at which a proxy's per-connection lookup shows")
 	if err := fs.Parse(args[1:]); err != nil {
 		return o, err
 	}
@@ -102,6 +104,9 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.runs < 1 || o.seconds < 1 {
 		return o, errors.New("-runs and -seconds must be at least 1")
+	}
+	if o.services < 0 || o.services > maxFillers {
+		return o, fmt.Errorf("-services %d: between 0 and %d (the Service network's addresses)", o.services, maxFillers)
 	}
 	return o, nil
 }

@@ -84,3 +84,17 @@ func TestMerge(t *testing.T) {
 		t.Errorf("Merge changed the earlier data: %+v", earlier.Results)
 	}
 }
+
+// A report of a run at scale says so before any figure: its numbers are
+// not comparable with a report of an empty cluster.
+func TestMarkdownStatesScale(t *testing.T) {
+	d := Data{Date: "d", Command: "c", Results: []Result{{Dataplane: "nodenet host-gw ebpf", Scenario: "pod-ClusterIP-pod", Test: "TCP_CRR", Unit: "trans/s", Values: []float64{1}}}}
+	if md := Markdown(d, nil); strings.Contains(md, "more ClusterIP Services") {
+		t.Errorf("an empty cluster's report claims filler Services:\n%s", md)
+	}
+	d.Services = 10000
+	md := Markdown(d, nil)
+	if i, j := strings.Index(md, "10000 more ClusterIP Services"), strings.Index(md, "## TCP_CRR"); i < 0 || i > j {
+		t.Errorf("the scale is not stated before the figures:\n%s", md)
+	}
+}
