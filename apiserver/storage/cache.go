@@ -233,8 +233,14 @@ func (c *Cache) Revision() int64 {
 	return c.rev
 }
 
-// waitFor blocks (lock held) until the cache has seen rev, asking etcd for a
-// progress notification so that quiet prefixes catch up too.
+// progressRetry is how often waitFor asks etcd again for a progress
+// notification: etcd drops a request that arrives while any watcher on
+// the stream is still catching up (its progress is only sent when every
+// watcher is synced), so one request can go unanswered under load.
+const progressRetry = 100 * time.Millisecond
+
+// waitFor blocks (lock held) until the cache has seen rev, asking etcd for
+// progress notifications so that quiet prefixes catch up too.
 func (c *Cache) waitFor(ctx context.Context, rev int64) error {
 	if c.rev >= rev {
 		return nil
@@ -242,8 +248,17 @@ func (c *Cache) waitFor(ctx context.Context, rev int64) error {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	go func() {
-		_ = c.store.client.RequestProgress(ctx)
-		<-ctx.Done()
+		tick := time.NewTicker(progressRetry)
+		defer tick.Stop()
+		for {
+			_ = c.store.client.RequestProgress(ctx)
+			select {
+			case <-tick.C:
+				continue
+			case <-ctx.Done():
+			}
+			break
+		}
 		c.mu.Lock()
 		c.revCond.Broadcast()
 		c.mu.Unlock()
