@@ -374,7 +374,8 @@ func (w *ruleWriter) fixedRules(snap *proxy.Snapshot) map[string][]string {
 	m["nat/"+chainPostrouting] = []string{
 		"-m mark ! --mark " + mark + "/" + mark + " -j RETURN",
 		"-j MARK --set-xmark " + mark + "/0x0",
-		`-m comment --comment "nodenet service traffic requiring SNAT" -j MASQUERADE --random-fully`,
+		// Port-preserving, not --random-fully: see proxy's doc.
+		`-m comment --comment "nodenet service traffic requiring SNAT" -j MASQUERADE`,
 	}
 	m["filter/"+chainForward] = []string{
 		"-m conntrack --ctstate INVALID -j DROP",

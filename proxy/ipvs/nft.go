@@ -246,10 +246,10 @@ func chains(f proxy.Family, snap *proxy.Snapshot) string {
 	p("\t\ttype nat hook postrouting priority srcnat; policy accept;")
 	// Hairpin: a pod reaching itself through a service must see the node
 	// as the source, or it would answer itself directly.
-	p("\t\t%s daddr . th dport . %s saddr @%s masquerade fully-random", ip, ip, setHairpin)
+	p("\t\t%s daddr . th dport . %s saddr @%s masquerade", ip, ip, setHairpin)
 	p("\t\tmeta mark & 0x%08x == 0 return", proxy.MasqueradeMark)
 	p("\t\tmeta mark set meta mark ^ 0x%08x", proxy.MasqueradeMark)
-	p("\t\tmasquerade fully-random")
+	p("\t\tmasquerade") // port-preserving: see proxy's doc
 	p("\t}")
 	return b.String()
 }

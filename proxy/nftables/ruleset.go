@@ -288,10 +288,10 @@ func (w writer) fixedChains(snap *proxy.Snapshot) []chainDef {
 		{name: chainMasquerading, rules: []string{
 			// Hairpin: a pod reaching itself through a service must see
 			// the node as the source, or it would answer itself directly.
-			"ct status dnat " + ip + " saddr . " + ip + " daddr @" + setHairpin + " masquerade fully-random",
+			"ct status dnat " + ip + " saddr . " + ip + " daddr @" + setHairpin + " masquerade",
 			"meta mark & 0x00004000 == 0x00000000 return",
 			"meta mark set meta mark ^ 0x00004000",
-			"masquerade fully-random",
+			"masquerade", // port-preserving: see proxy's doc
 		}},
 		// TCP gets a reset (ECONNREFUSED at once, and no ICMP rate limit);
 		// everything else port-unreachable.

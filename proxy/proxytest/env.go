@@ -35,7 +35,11 @@ const (
 	ClusterCID = "10.244.0.0/16"
 	TCPPort    = 8080
 	UDPPort    = 5353
-	LBIP       = "192.168.60.10"
+	// CloseFirstPort's server sends its greeting and closes: it, not the
+	// client, keeps every finished connection in TIME_WAIT, as netperf's
+	// TCP_CRR server and most request/response servers do.
+	CloseFirstPort = 8081
+	LBIP           = "192.168.60.10"
 )
 
 // NewDataPlane builds the data plane under test for family f programming
@@ -77,6 +81,7 @@ func NewEnv(t *testing.T, newDP NewDataPlane) *Env {
 		// The servers listen on the wildcard address, which takes both
 		// families, so one server per pod answers IPv4 and IPv6 alike.
 		serveTCP(t, p.ns, p.name, TCPPort)
+		serveTCPCloseFirst(t, p.ns, p.name, CloseFirstPort)
 		serveUDP(t, p.ns, p.name, UDPPort)
 	}
 	e.API = testapi.Start(t, func(c *apiserver.Config) { c.ServiceClusterIPRanges = serviceCIDRs })
@@ -203,6 +208,23 @@ func (e *Env) StopProxy() {
 
 // serveTCP answers every connection with "<name> <peer>\n" and then echoes.
 func serveTCP(t *testing.T, ns *nettest.NS, name string, port int) {
+	acceptTCP(t, ns, name, port, func(c net.Conn) {
+		fmt.Fprintf(c, "%s %s\n", name, c.RemoteAddr())
+		_, _ = io.Copy(c, c)
+	})
+}
+
+// serveTCPCloseFirst answers every connection with "<name> <peer>\n" and
+// closes it.
+func serveTCPCloseFirst(t *testing.T, ns *nettest.NS, name string, port int) {
+	acceptTCP(t, ns, name, port, func(c net.Conn) {
+		fmt.Fprintf(c, "%s %s\n", name, c.RemoteAddr())
+	})
+}
+
+// acceptTCP listens on port in ns and runs serve for every connection,
+// closing it afterwards.
+func acceptTCP(t *testing.T, ns *nettest.NS, name string, port int, serve func(net.Conn)) {
 	t.Helper()
 	var ln net.Listener
 	if err := ns.Do(func() error {
@@ -221,8 +243,7 @@ func serveTCP(t *testing.T, ns *nettest.NS, name string, port int) {
 			}
 			go func() {
 				defer c.Close()
-				fmt.Fprintf(c, "%s %s\n", name, c.RemoteAddr())
-				_, _ = io.Copy(c, c)
+				serve(c)
 			}()
 		}
 	}()
