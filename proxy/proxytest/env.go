@@ -286,16 +286,23 @@ func DialTCP(ns *nettest.NS, addr string, timeout time.Duration) (Reply, error) 
 
 // dialTCPWith is DialTCP through d (a fixed local address, socket options).
 func dialTCPWith(ns *nettest.NS, d net.Dialer, addr string, timeout time.Duration) (Reply, error) {
-	var c net.Conn
-	if err := ns.Do(func() error {
-		var err error
-		c, err = d.Dial("tcp", addr)
-		return err
-	}); err != nil {
+	c, err := dialIn(ns, d, addr)
+	if err != nil {
 		return Reply{}, err
 	}
 	defer c.Close()
 	return readGreeting(c, timeout)
+}
+
+// dialIn connects to addr over TCP from ns through d.
+func dialIn(ns *nettest.NS, d net.Dialer, addr string) (net.Conn, error) {
+	var c net.Conn
+	err := ns.Do(func() error {
+		var err error
+		c, err = d.Dial("tcp", addr)
+		return err
+	})
+	return c, err
 }
 
 func readGreeting(c net.Conn, timeout time.Duration) (Reply, error) {
