@@ -21,25 +21,34 @@ type aptConfig struct {
 	dir    string // config, lists and package cache
 	debs   string // downloaded .debs
 	mirror string // the host's Debian archive
+	// security is the host's security archive, "" if it has none: the
+	// host's packages come from it, and a package installed from it is
+	// one apt-cache knows no .deb for unless it is a source here too.
+	security string
 }
 
 func newAptConfig(c cache) (aptConfig, error) {
-	m, err := hostMirror()
+	m, err := hostMirror(debianSuite)
 	if err != nil {
 		return aptConfig{}, err
 	}
-	return aptConfig{dir: filepath.Join(c.root, "apt"), debs: filepath.Join(c.root, "debs"), mirror: m}, nil
+	sec, _ := hostMirror(debianSuite + "-security")
+	return aptConfig{dir: filepath.Join(c.root, "apt"), debs: filepath.Join(c.root, "debs"), mirror: m, security: sec}, nil
 }
 
 func (a aptConfig) env() map[string]string {
 	return map[string]string{"APT_CONFIG": filepath.Join(a.dir, "apt.conf")}
 }
 
-// sources is the sources.list: the host's archive with non-free added.
+// sources is the sources.list: the host's archives with non-free added.
 func (a aptConfig) sources() string {
 	keyring := "/usr/share/keyrings/debian-archive-keyring.gpg"
-	return fmt.Sprintf("deb [signed-by=%s] %s %s main non-free\ndeb [signed-by=%s] %s %s-updates main non-free\n",
+	s := fmt.Sprintf("deb [signed-by=%s] %s %s main non-free\ndeb [signed-by=%s] %s %s-updates main non-free\n",
 		keyring, a.mirror, debianSuite, keyring, a.mirror, debianSuite)
+	if a.security != "" {
+		s += fmt.Sprintf("deb [signed-by=%s] %s %s-security main non-free\n", keyring, a.security, debianSuite)
+	}
+	return s
 }
 
 // update writes the configuration and runs apt-get update against it.
@@ -70,36 +79,36 @@ Dir::Cache "%[1]s/cache";
 	return nil
 }
 
-// hostMirror is the Debian archive the host's apt uses (deb822 .sources
-// or a one-line sources.list), the only package source reachable here.
-func hostMirror() (string, error) {
+// hostMirror is the archive of suite the host's apt uses (deb822 .sources
+// or a one-line sources.list): the only package sources reachable here.
+func hostMirror(suite string) (string, error) {
 	files, _ := filepath.Glob("/etc/apt/sources.list.d/*.sources")
 	for _, f := range files {
-		if m := mirrorIn(f, true); m != "" {
+		if m := mirrorIn(f, true, suite); m != "" {
 			return m, nil
 		}
 	}
 	files, _ = filepath.Glob("/etc/apt/sources.list.d/*.list")
 	for _, f := range append([]string{"/etc/apt/sources.list"}, files...) {
-		if m := mirrorIn(f, false); m != "" {
+		if m := mirrorIn(f, false, suite); m != "" {
 			return m, nil
 		}
 	}
-	return "", fmt.Errorf("no Debian %s archive in the host's apt sources", debianSuite)
+	return "", fmt.Errorf("no Debian %s archive in the host's apt sources", suite)
 }
 
-// mirrorIn finds the URI of a stanza or line whose suite is debianSuite
-// itself (not -security or -updates).
-func mirrorIn(path string, deb822 bool) string {
+// mirrorIn finds the URI of a stanza or line whose suite is suite itself
+// (bookworm matches neither bookworm-security nor bookworm-updates).
+func mirrorIn(path string, deb822 bool, suite string) string {
 	f, err := os.Open(path)
 	if err != nil {
 		return ""
 	}
 	defer f.Close()
-	return parseMirror(bufio.NewScanner(f), deb822)
+	return parseMirror(bufio.NewScanner(f), deb822, suite)
 }
 
-func parseMirror(sc *bufio.Scanner, deb822 bool) string {
+func parseMirror(sc *bufio.Scanner, deb822 bool, want string) string {
 	var uri string
 	var suite bool
 	for sc.Scan() {
@@ -117,7 +126,7 @@ func parseMirror(sc *bufio.Scanner, deb822 bool) string {
 					}
 					i++
 				}
-				if i+1 < len(f) && f[i+1] == debianSuite {
+				if i+1 < len(f) && f[i+1] == want {
 					return f[i]
 				}
 			}
@@ -136,7 +145,7 @@ func parseMirror(sc *bufio.Scanner, deb822 bool) string {
 			uri = strings.Fields(v)[0]
 		case "Suites":
 			for _, s := range strings.Fields(v) {
-				suite = suite || s == debianSuite
+				suite = suite || s == want
 			}
 		}
 	}

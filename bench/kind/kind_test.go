@@ -294,15 +294,28 @@ func TestCRIBaseSpec(t *testing.T) {
 
 func TestParseMirror(t *testing.T) {
 	deb822 := "Types: deb\nURIs: http://mirror.example/debian\nSuites: bookworm bookworm-updates\nComponents: main\n\nTypes: deb\nURIs: http://security.example/debian-security\nSuites: bookworm-security\n"
-	if m := parseMirror(bufio.NewScanner(strings.NewReader(deb822)), true); m != "http://mirror.example/debian" {
+	if m := parseMirror(bufio.NewScanner(strings.NewReader(deb822)), true, debianSuite); m != "http://mirror.example/debian" {
 		t.Errorf("deb822: %q", m)
 	}
 	list := "# comment\ndeb [arch=amd64 signed-by=/k.gpg] http://security.example/x bookworm-security main\ndeb http://mirror.example/debian bookworm main\n"
-	if m := parseMirror(bufio.NewScanner(strings.NewReader(list)), false); m != "http://mirror.example/debian" {
+	if m := parseMirror(bufio.NewScanner(strings.NewReader(list)), false, debianSuite); m != "http://mirror.example/debian" {
 		t.Errorf("one-line: %q", m)
 	}
-	if m := parseMirror(bufio.NewScanner(strings.NewReader("Types: deb\nURIs: http://x\nSuites: trixie\n")), true); m != "" {
+	if m := parseMirror(bufio.NewScanner(strings.NewReader("Types: deb\nURIs: http://x\nSuites: trixie\n")), true, debianSuite); m != "" {
 		t.Errorf("other suite: %q", m)
+	}
+	// The security archive: the host's packages may come from it.
+	for name, in := range map[string]struct {
+		text   string
+		deb822 bool
+	}{"deb822": {deb822, true}, "one-line": {list, false}} {
+		if m := parseMirror(bufio.NewScanner(strings.NewReader(in.text)), in.deb822, debianSuite+"-security"); !strings.HasPrefix(m, "http://security.example/") {
+			t.Errorf("%s security: %q", name, m)
+		}
+	}
+	a := aptConfig{mirror: "http://m/debian", security: "http://s/debian-security"}
+	if src := a.sources(); !strings.Contains(src, "http://s/debian-security "+debianSuite+"-security main") {
+		t.Errorf("sources without the security archive:\n%s", src)
 	}
 }
 
