@@ -196,12 +196,20 @@ func clusterIPReachesBothEndpoints(t *testing.T, e *Env, s stack) {
 }
 
 func nodePortFromAnotherNamespace(t *testing.T, e *Env, s stack) {
-	np := s.service("np", v1.ProtocolTCP, TCPPort)
+	nodePortToPod2(t, e, s, "np", TCPPort)
+}
+
+// nodePortToPod2 creates a TCP NodePort Service named name with pod2 as its
+// endpoint on port and waits until the client reaches pod2 through it;
+// it returns the node's ip:nodePort.
+func nodePortToPod2(t *testing.T, e *Env, s stack, name string, port int32) string {
+	np := s.service(name, v1.ProtocolTCP, port)
 	np.Spec.Type = v1.ServiceTypeNodePort
 	svc := s.create(t, e, np)
-	e.SetEndpoints(t, svc, TCPPort, s.pod2)
+	e.SetEndpoints(t, svc, port, s.pod2)
 	addr := net.JoinHostPort(s.nodeIP, fmt.Sprint(svc.Spec.Ports[0].NodePort))
 	Eventually(t, wait, "NodePort "+addr, func() error { return answeredBy(e.Client, addr, "pod2") })
+	return addr
 }
 
 func noEndpointsIsRefusedImmediately(t *testing.T, e *Env, s stack) {
@@ -490,12 +498,7 @@ func fixedPortDialer(local string, timeout time.Duration) (net.Dialer, error) {
 // kind). Port-preserving SNAT maps a reused flow onto its own old tuple,
 // which the server takes over.
 func snatedClientReusingPortsIsNotStalled(t *testing.T, e *Env, s stack) {
-	np := s.service("np-reuse", v1.ProtocolTCP, CloseFirstPort)
-	np.Spec.Type = v1.ServiceTypeNodePort
-	svc := s.create(t, e, np)
-	e.SetEndpoints(t, svc, CloseFirstPort, s.pod2)
-	addr := net.JoinHostPort(s.nodeIP, fmt.Sprint(svc.Spec.Ports[0].NodePort))
-	Eventually(t, wait, "NodePort "+addr, func() error { return answeredBy(e.Client, addr, "pod2") })
+	addr := nodePortToPod2(t, e, s, "np-reuse", CloseFirstPort)
 	// 3,000 connections over 200 ports: with random SNAT ports about 70
 	// land on a tuple in TIME_WAIT (n²/2¹⁷) and some 35 SYNs are retransmitted.
 	const conns, ports = 3000, 200
