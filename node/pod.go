@@ -657,8 +657,7 @@ func (c *container) alive() bool {
 // (or, for an adopted process, signalled).
 func (c *container) stop(grace time.Duration) {
 	if grace > 0 {
-		_ = syscall.Kill(-c.pid, syscall.SIGTERM)
-		_ = syscall.Kill(c.pid, syscall.SIGTERM)
+		c.signal(syscall.SIGTERM)
 	}
 	for deadline := time.Now().Add(grace); c.alive() && time.Now().Before(deadline); {
 		time.Sleep(50 * time.Millisecond)
@@ -666,10 +665,22 @@ func (c *container) stop(grace time.Duration) {
 	if !c.alive() {
 		return
 	}
-	_ = syscall.Kill(-c.pid, syscall.SIGKILL)
-	_ = syscall.Kill(c.pid, syscall.SIGKILL)
+	c.signal(syscall.SIGKILL)
 	if c.cmd != nil {
 		<-c.done
+	}
+}
+
+// signal sends sig once: to the container's process group, or to the
+// process alone when it leads no group (an adopted process). Sending to
+// both delivered a SIGTERM twice to the group leader, whose TERM trap
+// then ran twice; a runtime signals once.
+func (c *container) signal(sig syscall.Signal) {
+	if c.pid <= 0 {
+		return // kill(-0) would signal the agent's own group
+	}
+	if err := syscall.Kill(-c.pid, sig); errors.Is(err, syscall.ESRCH) {
+		_ = syscall.Kill(c.pid, sig)
 	}
 }
 
