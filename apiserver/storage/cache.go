@@ -250,14 +250,12 @@ func (c *Cache) waitFor(ctx context.Context, rev int64) error {
 	go func() {
 		tick := time.NewTicker(progressRetry)
 		defer tick.Stop()
-		for {
+		for ctx.Err() == nil {
 			_ = c.store.client.RequestProgress(ctx)
 			select {
 			case <-tick.C:
-				continue
 			case <-ctx.Done():
 			}
-			break
 		}
 		c.mu.Lock()
 		c.revCond.Broadcast()
