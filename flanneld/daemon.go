@@ -49,6 +49,14 @@ type Options struct {
 	// VXLANTxChecksumOffload overrides net-conf.json's
 	// Backend.TxChecksumOffload on this node (auto, on, off; "" = keep).
 	VXLANTxChecksumOffload string
+	// HostRouting is how pod-to-pod packets between nodes are forwarded:
+	// HostRoutingKernel (the kernel's routing and netfilter, as upstream
+	// flannel; "" means this) or HostRoutingEBPF (routes/hostrouting:
+	// TCX programs on the pod veths and the uplinks, past netfilter).
+	HostRouting string
+	// PodBridge is the CNI plugin's bridge (default cni0), whose ports
+	// the eBPF host routing attaches to.
+	PodBridge string
 	// SetNodeNetworkUnavailable sets NodeNetworkUnavailable=False once up.
 	SetNodeNetworkUnavailable bool
 	// ResyncPeriod bounds how long a drifted route goes unnoticed;
@@ -112,6 +120,16 @@ func New(opts Options) (*Daemon, error) {
 	case MasqIPTables, MasqNFTables:
 	default:
 		return nil, fmt.Errorf("--masq-backend %q: want iptables or nftables", opts.MasqBackend)
+	}
+	switch opts.HostRouting {
+	case "":
+		opts.HostRouting = HostRoutingKernel
+	case HostRoutingKernel, HostRoutingEBPF:
+	default:
+		return nil, fmt.Errorf("--host-routing %q: want %s or %s", opts.HostRouting, HostRoutingKernel, HostRoutingEBPF)
+	}
+	if opts.PodBridge == "" {
+		opts.PodBridge = DefaultPodBridge
 	}
 	if opts.Iface.PublicIP.IsValid() && !opts.Iface.PublicIP.Is4() {
 		return nil, fmt.Errorf("--public-ip %s: not an IPv4 address", opts.Iface.PublicIP)
@@ -285,6 +303,13 @@ func (d *Daemon) run(ctx context.Context) error {
 		if err := d.syncMasq(ctx, masq); err != nil {
 			return err
 		}
+	}
+	if d.opts.HostRouting == HostRoutingEBPF {
+		hr, err := d.startHostRouting(ctx, ext, own)
+		if err != nil {
+			return err
+		}
+		defer hr.Close()
 	}
 	if err := d.publish(own, mtu); err != nil {
 		return err

@@ -55,6 +55,8 @@ func runFlanneld(ctx context.Context, args []string) error {
 	fs.StringVar(&o.NetConfPath, "net-config-path", manifest.NetConfPath, "net-conf.json")
 	fs.StringVar(&o.InstallCNIConf, "install-cni-conf", "", "write the CNI conflist here (e.g. /etc/cni/net.d/10-nodenet.conflist) once subnet.env exists")
 	fs.StringVar(&cniTemplatePath, "cni-conf-template", "", "text/template file for the conflist (default: nodenet CNI plugin + portmap)")
+	fs.StringVar(&o.HostRouting, "host-routing", flanneld.HostRoutingKernel, "how pod-to-pod packets between nodes are forwarded: kernel (routing and netfilter, as flannel) or ebpf (TCX programs on the pod veths and uplinks, past netfilter; see routes/hostrouting)")
+	fs.StringVar(&o.PodBridge, "pod-bridge", flanneld.DefaultPodBridge, "the CNI plugin's bridge, whose ports --host-routing=ebpf attaches to")
 	fs.BoolVar(&o.SetNodeNetworkUnavailable, "set-node-network-unavailable", true, "set the NodeNetworkUnavailable condition to False once the network is up")
 	fs.StringVar(&healthzIP, "healthz-ip", "127.0.0.1", "address for /healthz, /readyz and /metrics (upstream flanneld defaults to 0.0.0.0; metrics stay on loopback unless asked)")
 	fs.IntVar(&healthzPort, "healthz-port", 0, "port for /healthz, /readyz and /metrics (0 = off)")

@@ -1,11 +1,7 @@
 package ebpf
 
 import (
-	"bytes"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -13,6 +9,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
 
+	"github.com/nodenet/nodenet/internal/bpfgen"
 	"github.com/nodenet/nodenet/internal/nettest"
 )
 
@@ -28,66 +25,7 @@ func TestGeneratedObjectIsFresh(t *testing.T) {
 	nettest.RequireTool(t, "llvm-strip")
 	nettest.RequireSysfs(t, "/usr/include/bpf/bpf_helpers.h")
 	for _, gen := range []string{"gen.go", "tcgen.go"} {
-		t.Run(gen, func(t *testing.T) { checkFresh(t, gen) })
-	}
-}
-
-// checkFresh checks every generate line of one file.
-func checkFresh(t *testing.T, gen string) {
-	src, err := os.ReadFile(gen)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var lines [][]string
-	for _, l := range strings.Split(string(src), "\n") {
-		if cmd, ok := strings.CutPrefix(l, "//go:generate "); ok {
-			lines = append(lines, strings.Fields(cmd))
-		}
-	}
-	if len(lines) == 0 {
-		t.Fatalf("%s has no generate line", gen)
-	}
-	for _, args := range lines {
-		checkGenerated(t, gen, args)
-	}
-}
-
-// checkGenerated runs one `go run …/bpf2go <flags> <ident> <source> …`
-// line into a temporary directory and compares its output with the
-// committed <ident>_bpfel.go/.o.
-func checkGenerated(t *testing.T, gen string, args []string) {
-	t.Helper()
-	if len(args) < 3 || args[0] != "go" || !strings.HasSuffix(args[2], "/bpf2go") {
-		t.Fatalf("%s has a generate line that is not `go run …/bpf2go`: %q", gen, args)
-	}
-	ident := ""
-	for i, a := range args[3:] {
-		if strings.HasSuffix(a, ".c") && i > 0 {
-			ident = args[3+i-1]
-		}
-	}
-	if ident == "" {
-		t.Fatalf("generate line names no C source: %q", args)
-	}
-	out := t.TempDir()
-	args = append(append(args[:3:3], "-output-dir", out), args[3:]...)
-	cmd := exec.Command(args[0], args[1:]...)
-	cmd.Env = append(os.Environ(), "GOPACKAGE=ebpf", "GOFILE="+gen)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("bpf2go: %v\n%s", err, b)
-	}
-	for _, f := range []string{ident + "_bpfel.go", ident + "_bpfel.o"} {
-		want, err := os.ReadFile(filepath.Join(out, f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got, want) {
-			t.Errorf("%s is stale: run `go generate ./proxy/ebpf` and commit the result", f)
-		}
+		t.Run(gen, func(t *testing.T) { bpfgen.CheckFresh(t, "ebpf", gen) })
 	}
 }
 

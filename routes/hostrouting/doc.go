@@ -1,0 +1,26 @@
+// Package hostrouting is eBPF host routing for the pod network: two TCX
+// ingress programs (bpf/hostrouting.c) forward pod-to-pod packets between
+// the pod bridge and the interface other nodes' pods are reached through,
+// past the node's netfilter hooks and routing passes. On a host-gw node a
+// cross-node pod packet otherwise crosses the whole IP stack twice per node
+// (bridge → routing → netfilter FORWARD/POSTROUTING → uplink, and back on
+// the far side); with these programs each node does one FIB lookup and one
+// redirect, which is what brings pod-to-pod close to node-to-node.
+//
+// The kernel stays the authority: the FIB picks the egress interface and
+// next hop, the neighbour table the MAC addresses. What the programs cannot
+// do exactly as the stack would, they leave to it: anything that is not
+// TCP/UDP between pods, fragments, IPv6 extension headers, TTLs about to
+// expire, unresolved neighbours (the stack resolves them; the next packet
+// is fast), and flows conntrack translates (service DNAT, masquerade), whose
+// replies need the stack's reverse NAT. Since both directions of a
+// pod-to-pod flow meet the same test on a node, a flow is either wholly
+// seen by the node's conntrack or not at all.
+//
+// Nothing is pinned: the programs stay attached while the owning process
+// holds the links. If it exits, they detach and traffic takes the stack
+// path again, which is correct, only slower. The trade-off, as with
+// Cilium's BPF host routing: pod-to-pod packets between nodes do not
+// traverse the nodes' netfilter FORWARD chains, so iptables rules there do
+// not see them.
+package hostrouting
