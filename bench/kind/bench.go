@@ -192,7 +192,7 @@ func (k *kcluster) bench(ctx context.Context, o options, repo string) error {
 			strings.Join(o.backends, ","), strings.Join(o.modes, ","), upstreamModesArg(o.upstream), o.runs, o.seconds, servicesArg(o.services)),
 		Machine:  machine(),
 		Versions: versions(),
-		Services: o.services}
+		Services: o.services, HostRouting: o.hostRouting}
 	var earlier *report.Data
 	if o.add {
 		d, err := report.Load(o.data)
@@ -201,6 +201,9 @@ func (k *kcluster) bench(ctx context.Context, o options, repo string) error {
 		}
 		if d.Services != o.services {
 			return fmt.Errorf("-add: %s was measured with %d filler Services, this run has -services %d: figures at two scales do not go in one report", o.data, d.Services, o.services)
+		}
+		if d.HostRoutingOrKernel() != o.hostRouting {
+			return fmt.Errorf("-add: %s was measured with nodenet's --host-routing=%s, this run has -host-routing %s: one report holds one", o.data, d.HostRoutingOrKernel(), o.hostRouting)
 		}
 		earlier = &d
 	}

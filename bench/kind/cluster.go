@@ -57,6 +57,9 @@ type kcluster struct {
 	c          cache
 	wrapperBin string
 	kubeconfig string
+	// hostRouting is what nodenet's manifest passes to flanneld's
+	// --host-routing.
+	hostRouting string
 }
 
 func newCluster(p *progress, b built, c cache) (*kcluster, error) {

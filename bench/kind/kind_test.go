@@ -202,12 +202,18 @@ func TestParseArgs(t *testing.T) {
 	if o, err := parseArgs([]string{"bench", "-services", "10000"}, io.Discard); err != nil || o.services != 10000 {
 		t.Fatalf("-services 10000: %+v, %v", o, err)
 	}
+	if o.hostRouting != "ebpf" {
+		t.Fatalf("-host-routing defaults to %q, want ebpf", o.hostRouting)
+	}
+	if o, err := parseArgs([]string{"bench", "-host-routing", "kernel"}, io.Discard); err != nil || o.hostRouting != "kernel" {
+		t.Fatalf("-host-routing kernel: %+v, %v", o, err)
+	}
 	if o, err := parseArgs([]string{"bench", "-backend", "host-gw,vxlan"}, io.Discard); err != nil || len(o.backends) != 2 {
 		t.Fatalf("bench with two backends: %+v, %v", o, err)
 	}
 	for _, bad := range [][]string{{}, {"nope"}, {"up", "-backend", "ipip"}, {"bench", "-proxy-modes", "userspace"},
 		{"bench", "-runs", "0"}, {"down", "extra"}, {"up", "-backend", "host-gw,vxlan"},
-		{"bench", "-services", "-1"}, {"bench", "-services", "70000"}} {
+		{"bench", "-services", "-1"}, {"bench", "-services", "70000"}, {"bench", "-host-routing", "xdp"}} {
 		if _, err := parseArgs(bad, io.Discard); err == nil {
 			t.Errorf("%q: accepted", bad)
 		}

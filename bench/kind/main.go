@@ -32,6 +32,8 @@ type options struct {
 	seconds   int
 	add       bool // bench: add to -data rather than replace it
 	services  int  // bench: filler Services beside the benchmark's (fillers.go)
+	// hostRouting is nodenet's flanneld --host-routing (kernel or ebpf).
+	hostRouting string
 }
 
 var commands = map[string]string{
@@ -72,8 +74,12 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.runs, "runs", 3, "runs of each netperf test")
 	fs.IntVar(&o.seconds, "seconds", 5, "length of each netperf run")
 	fs.IntVar(&o.services, "services", 0, "bench: this many more ClusterIP Services (one endpoint each) on every cluster, programmed before each plane is measured: the scale at which a proxy's per-connection lookup shows")
+	fs.StringVar(&o.hostRouting, "host-routing", "ebpf", "nodenet's flanneld --host-routing: ebpf (pod-to-pod between nodes forwarded by TCX programs, past netfilter) or kernel (flannel's own forwarding)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return o, err
+	}
+	if o.hostRouting != "ebpf" && o.hostRouting != "kernel" {
+		return o, fmt.Errorf("-host-routing %q: ebpf or kernel", o.hostRouting)
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
@@ -183,6 +189,7 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return err
 	}
+	k.hostRouting = o.hostRouting
 	if o.cmd == "bench" {
 		return k.bench(ctx, o, repo)
 	}
@@ -284,7 +291,7 @@ func (k *kcluster) deployNodenet(ctx context.Context, repo, backend, mode string
 	if err := k.load(ctx, filepath.Join(repo, "bin", "nodenet-image.tar")); err != nil {
 		return err
 	}
-	if err := k.p.step(ctx, "kubectl apply nodenet manifest ("+backend+", "+mode+")", func(ctx context.Context) error {
+	if err := k.p.step(ctx, "kubectl apply nodenet manifest ("+backend+", "+mode+", host routing "+k.hostRouting+")", func(ctx context.Context) error {
 		// The daemons reach the API server directly (manifest
 		// --api-server): the kubernetes Service's ClusterIP needs a
 		// running proxy, and nodenet's proxy is the only one here. An
@@ -295,7 +302,7 @@ func (k *kcluster) deployNodenet(ctx context.Context, repo, backend, mode string
 			return fmt.Errorf("control-plane address: %v", err)
 		}
 		out, err := exec.CommandContext(ctx, filepath.Join(repo, "bin", "nodenet"), "manifest", "--backend", backend, "--proxy-mode", mode,
-			"--api-server", net.JoinHostPort(nodes[cpNode], "6443")).Output()
+			"--host-routing", k.hostRouting, "--api-server", net.JoinHostPort(nodes[cpNode], "6443")).Output()
 		if err != nil {
 			return fmt.Errorf("nodenet manifest (make build first): %w", err)
 		}

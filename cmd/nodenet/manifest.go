@@ -24,6 +24,7 @@ func runManifest(_ context.Context, args []string) error {
 	fs := flag.NewFlagSet("manifest", flag.ContinueOnError)
 	o := manifest.Defaults()
 	fs.StringVar(&o.ProxyMode, "proxy-mode", o.ProxyMode, "the proxy's data plane: iptables, nftables, ipvs or ebpf (ConfigMap key proxyMode)")
+	fs.StringVar(&o.HostRouting, "host-routing", flanneld.HostRoutingKernel, "flanneld's --host-routing: kernel, or ebpf (pod-to-pod between nodes forwarded by TCX programs, past netfilter)")
 	fs.StringVar(&o.Backend, "backend", o.Backend, "flanneld backend: "+strings.Join(flanneld.Backends, ", ")+" (net-conf.json Backend.Type)")
 	fs.Var(cli.NewCIDRsFlag(&o.ClusterCIDRs, cidrlist.DualStack), "cluster-cidr", "pod network(s), one per family, comma-separated")
 	fs.Var(&proxycmd.NodePortFlag{Dst: &o.NodePortAddresses}, "nodeport-addresses", `CIDRs whose local addresses accept NodePorts, or "primary"; default all`)

@@ -36,6 +36,9 @@ type Options struct {
 	ProxyMode string
 	// Backend is flanneld's backend type (one of flanneld.Backends).
 	Backend string
+	// HostRouting is flanneld's --host-routing (kernel or ebpf; "" is
+	// kernel, flannel's own forwarding).
+	HostRouting string
 	// ClusterCIDRs are the pod networks, at most one per family: flannel's
 	// Network and IPv6Network, and the proxy's --cluster-cidr.
 	ClusterCIDRs []netip.Prefix
@@ -93,6 +96,13 @@ const (
 	KeyNodePortAddresses = "nodePortAddresses"
 )
 
+func (o Options) hostRouting() string {
+	if o.HostRouting == "" {
+		return flanneld.HostRoutingKernel
+	}
+	return o.HostRouting
+}
+
 // Validate checks every option, naming the one that is wrong.
 func (o Options) Validate() error {
 	if errs := validation.IsDNS1123Label(o.Namespace); len(errs) > 0 {
@@ -112,6 +122,11 @@ func (o Options) Validate() error {
 	}
 	if !slices.Contains(app.KnownModes, o.ProxyMode) {
 		return fmt.Errorf("proxy mode %q: want one of %v", o.ProxyMode, app.KnownModes)
+	}
+	switch o.HostRouting {
+	case "", flanneld.HostRoutingKernel, flanneld.HostRoutingEBPF:
+	default:
+		return fmt.Errorf("host routing %q: want %s or %s", o.HostRouting, flanneld.HostRoutingKernel, flanneld.HostRoutingEBPF)
 	}
 	if _, err := flanneld.ParseConfig(o.netConf()); err != nil {
 		return fmt.Errorf("backend %q, cluster CIDRs %v: %w", o.Backend, o.ClusterCIDRs, err)
@@ -338,7 +353,8 @@ func daemonSet(o Options, labels map[string]string) *appsv1.DaemonSet {
 								"--net-config-path", netConfDir + "/" + KeyNetConf,
 								"--cni-conf-template", netConfDir + "/" + KeyCNIConf,
 								"--install-cni-conf", CNIConfPath,
-								"--healthz-ip", "127.0.0.1", fmt.Sprintf("--healthz-port=%d", FlanneldHealthPort)},
+								"--healthz-ip", "127.0.0.1", fmt.Sprintf("--healthz-port=%d", FlanneldHealthPort),
+								"--host-routing=" + o.hostRouting()},
 							Env:             env,
 							Resources:       requests("100m", "50Mi"),
 							LivenessProbe:   probe("/healthz", FlanneldHealthPort),

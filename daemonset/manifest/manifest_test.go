@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -221,6 +222,29 @@ func TestEveryBackend(t *testing.T) {
 	}
 }
 
+// TestHostRouting: the option reaches flanneld's command line; the default
+// is flannel's own forwarding.
+func TestHostRouting(t *testing.T) {
+	for _, tc := range []struct{ opt, want string }{{"", "kernel"}, {"kernel", "kernel"}, {"ebpf", "ebpf"}} {
+		o := Defaults()
+		o.HostRouting = tc.opt
+		y, err := Render(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ds := decodeStrict(t, y, 6).ds
+		var cmd []string
+		for _, c := range ds.Spec.Template.Spec.Containers {
+			if c.Name == FlanneldContainer {
+				cmd = c.Command
+			}
+		}
+		if !slices.Contains(cmd, "--host-routing="+tc.want) {
+			t.Errorf("HostRouting %q: flanneld runs %q, want --host-routing=%s", tc.opt, cmd, tc.want)
+		}
+	}
+}
+
 func TestValidateRejects(t *testing.T) {
 	for _, tc := range []struct {
 		mutate func(*Options)
@@ -236,6 +260,7 @@ func TestValidateRejects(t *testing.T) {
 		{func(o *Options) { o.ClusterCIDRs = nil }, "cluster CIDRs"},
 		{func(o *Options) { o.APIServer = "10.0.0.1" }, `API server "10.0.0.1": want host:port`},
 		{func(o *Options) { o.APIServer = "10.0.0.1:0" }, `port "0"`},
+		{func(o *Options) { o.HostRouting = "xdp" }, `host routing "xdp"`},
 	} {
 		o := Defaults()
 		tc.mutate(&o)

@@ -98,3 +98,13 @@ func TestMarkdownStatesScale(t *testing.T) {
 		t.Errorf("the scale is not stated before the figures:\n%s", md)
 	}
 }
+
+// TestHostRoutingStated: the report says how nodenet forwarded pod
+// traffic; files from before the flag were kernel.
+func TestHostRoutingStated(t *testing.T) {
+	for hr, want := range map[string]string{"": "--host-routing=kernel", "kernel": "--host-routing=kernel", "ebpf": "--host-routing=ebpf"} {
+		if md := Markdown(Data{HostRouting: hr}, nil); !strings.Contains(md, want) {
+			t.Errorf("HostRouting %q: the report does not say %s", hr, want)
+		}
+	}
+}
