@@ -59,13 +59,18 @@ func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond)
 // nodes, built like flanneld's TestMultiNode: a "lan" namespace whose br0 is
 // the node network, two node namespaces with eth0 on it, an in-process API
 // server with the node IPAM controller, one in-process flanneld per node
-// (host-gw or vxlan, --ip-masq) and a pod namespace per node wired by hand
-// with a veth to its node (gateway .1 on the node side, pod .2), its MTU
-// set from subnet.env's FLANNEL_MTU as the CNI plugin would.
+// (host-gw or vxlan, --ip-masq) and a pod namespace per node, its MTU set
+// from subnet.env's FLANNEL_MTU as the CNI plugin would. The plain variants
+// wire the pod with a routed veth to its node (gateway .1 on the node
+// side, pod .2); the "-bridge" variants put it behind a cni0 bridge as the
+// CNI plugin does, and "-ebpf" runs flanneld with --host-routing=ebpf
+// (routes/hostrouting) on that layout.
 //
-// The "veth" variant is the limit: two pod namespaces joined directly by
-// one veth pair, no nodes, no routing. It runs first so the others can
-// report their ratio to it (filtering it out drops the ratios).
+// Two limits run first so the others can report their ratio to them
+// (filtering them out drops the ratios): "veth", two pod namespaces joined
+// directly by one veth pair (no nodes, no routing), and "node", node 1's
+// eth0 to node 2's over br0 on a host-gw cluster: the node-to-node
+// baseline the kind benchmark holds pod-to-pod to.
 //
 // Per variant: throughput is `iperf3 -c <pod> -t 5 -J` run in one pod
 // namespace against `iperf3 -s -1` in the other (end.sum_received); latency
@@ -80,12 +85,19 @@ func BenchmarkFlanneldThroughput(b *testing.B) {
 		b.Log("BenchmarkFlanneldThroughput measures with iperf3 (Debian: apt-get install iperf3)")
 	}
 	nettest.RequireTool(b, "iperf3")
-	var limit *tputResult
+	limits := map[string]*tputResult{}
 	// vxlan runs once per TX checksum offload setting: off (what nodenet
 	// did before issue 19), on (upstream's) and auto (the default).
-	for _, v := range []struct{ name, backend, txCsum string }{
-		{"veth", "", ""}, {"host-gw", "host-gw", ""},
-		{"vxlan-off", "vxlan", "off"}, {"vxlan-on", "vxlan", "on"}, {"vxlan-auto", "vxlan", "auto"},
+	for _, v := range []tputVariant{
+		{name: "veth"},
+		{name: "node", backend: "host-gw", nodes: true},
+		{name: "host-gw", backend: "host-gw"},
+		{name: "host-gw-bridge", backend: "host-gw", bridge: true},
+		{name: "host-gw-bridge-ebpf", backend: "host-gw", bridge: true, hostRouting: flanneld.HostRoutingEBPF},
+		{name: "vxlan-off", backend: "vxlan", txCsum: "off"},
+		{name: "vxlan-on", backend: "vxlan", txCsum: "on"},
+		{name: "vxlan-auto", backend: "vxlan", txCsum: "auto"},
+		{name: "vxlan-bridge-ebpf", backend: "vxlan", bridge: true, hostRouting: flanneld.HostRoutingEBPF},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			if v.backend != "" {
@@ -97,7 +109,7 @@ func BenchmarkFlanneldThroughput(b *testing.B) {
 			}
 			var res tputResult
 			for i := 0; i < b.N; i++ {
-				res = runThroughput(b, v.backend, v.txCsum)
+				res = runThroughput(b, v)
 			}
 			b.Logf("%s: %v", v.name, res)
 			b.ReportMetric(0, "ns/op")
@@ -105,35 +117,46 @@ func BenchmarkFlanneldThroughput(b *testing.B) {
 			b.ReportMetric(us(res.RTT.P50), "rtt-p50-µs")
 			b.ReportMetric(us(res.RTT.P99), "rtt-p99-µs")
 			b.ReportMetric(float64(res.Retrans), "retransmits")
-			if v.backend == "" {
-				limit = &res
+			if v.name == "veth" || v.name == "node" {
+				limits[v.name] = &res
 				return
 			}
-			if limit == nil || limit.Gbps == 0 {
-				b.Log("veth limit not measured in this run: no ratios")
-				return
+			for _, l := range []string{"veth", "node"} {
+				limit := limits[l]
+				if limit == nil || limit.Gbps == 0 {
+					b.Logf("%s limit not measured in this run: no ratios to it", l)
+					continue
+				}
+				b.ReportMetric(res.Gbps/limit.Gbps, "tput-x-"+l)
+				b.ReportMetric(float64(res.RTT.P50)/float64(limit.RTT.P50), "p50-x-"+l)
+				b.Logf("%s vs %s: %.0f%% of the throughput, p50 RTT ×%.2f, p99 ×%.2f", v.name, l,
+					100*res.Gbps/limit.Gbps, float64(res.RTT.P50)/float64(limit.RTT.P50), float64(res.RTT.P99)/float64(limit.RTT.P99))
 			}
-			b.ReportMetric(res.Gbps/limit.Gbps, "tput-x-veth")
-			b.ReportMetric(float64(res.RTT.P50)/float64(limit.RTT.P50), "p50-x-veth")
-			b.Logf("%s vs veth: %.0f%% of the throughput, p50 RTT ×%.2f, p99 ×%.2f", v.name,
-				100*res.Gbps/limit.Gbps, float64(res.RTT.P50)/float64(limit.RTT.P50), float64(res.RTT.P99)/float64(limit.RTT.P99))
 		})
 	}
 }
 
+// tputVariant is one data path: a backend ("" is the bare veth limit),
+// the vxlan TX checksum setting, how the pods are wired, flanneld's
+// --host-routing, or (nodes) node to node instead of pod to pod.
+type tputVariant struct {
+	name, backend, txCsum, hostRouting string
+	bridge, nodes                      bool
+}
+
 // runThroughput builds the variant's topology, measures it and leaves the
 // teardown to b.Cleanup (processes and daemons before namespaces).
-func runThroughput(b *testing.B, backend, txCsum string) tputResult {
+func runThroughput(b *testing.B, v tputVariant) tputResult {
 	b.StopTimer()
 	tputCheckTeardown(b)
 	var client, server *nettest.NS
 	var dst netip.Addr
-	if backend == "" {
+	if v.backend == "" {
 		client, server = tputNS(b), tputNS(b)
 		dst = netip.MustParseAddr("10.244.0.3")
 		nettest.Link(b, client, "eth0", "10.244.0.2/24", server, "eth0", dst.String()+"/24")
 	} else {
-		client, server, dst = tputCluster(b, backend, txCsum)
+		client, server, dst = tputCluster(b, v)
 	}
 	rr := tputEchoServer(b, server, dst)
 	b.StartTimer()
@@ -168,19 +191,19 @@ func tputCheckTeardown(b *testing.B) {
 	})
 }
 
-// tputCluster is TestMultiNode's layout with two nodes; it returns the pod
-// on node 1, the pod on node 2 and the latter's IP. txCsum, if set, is the
-// vxlan Backend.TxChecksumOffload.
-func tputCluster(b *testing.B, backend, txCsum string) (*nettest.NS, *nettest.NS, netip.Addr) {
+// tputCluster is TestMultiNode's layout with two nodes; it returns the
+// client (the pod on node 1, or node 1 itself for v.nodes), the server
+// (the pod on node 2, or node 2) and the server's address.
+func tputCluster(b *testing.B, v tputVariant) (*nettest.NS, *nettest.NS, netip.Addr) {
 	api := testapi.Start(b)
 	tputStartIPAM(b, api, "10.244.0.0/16")
 	dir := b.TempDir()
 	conf := filepath.Join(dir, "net-conf.json")
 	extra := ""
-	if txCsum != "" {
-		extra = fmt.Sprintf(`,"TxChecksumOffload":%q`, txCsum)
+	if v.txCsum != "" {
+		extra = fmt.Sprintf(`,"TxChecksumOffload":%q`, v.txCsum)
 	}
-	if err := os.WriteFile(conf, fmt.Appendf(nil, `{"Network":"10.244.0.0/16","Backend":{"Type":%q%s}}`, backend, extra), 0o644); err != nil {
+	if err := os.WriteFile(conf, fmt.Appendf(nil, `{"Network":"10.244.0.0/16","Backend":{"Type":%q%s}}`, v.backend, extra), 0o644); err != nil {
 		b.Fatal(err)
 	}
 	lan := tputNS(b)
@@ -200,7 +223,7 @@ func tputCluster(b *testing.B, backend, txCsum string) (*nettest.NS, *nettest.NS
 	}
 	var nodes []node
 	for i := 1; i <= 2; i++ {
-		nd := node{name: fmt.Sprintf("tput-%s-node-%d", backend, i), ns: tputNS(b), dir: filepath.Join(dir, fmt.Sprint(i))}
+		nd := node{name: fmt.Sprintf("tput-%s-node-%d", v.backend, i), ns: tputNS(b), dir: filepath.Join(dir, fmt.Sprint(i))}
 		lanIf := fmt.Sprintf("n%d", i)
 		nettest.Link(b, lan, lanIf, "", nd.ns, "eth0", fmt.Sprintf("192.168.50.%d/24", 10+i))
 		l, err := lan.Handle().LinkByName(lanIf)
@@ -235,6 +258,7 @@ func tputCluster(b *testing.B, backend, txCsum string) (*nettest.NS, *nettest.NS
 			SubnetFile:                filepath.Join(nd.dir, "subnet.env"),
 			InstallCNIConf:            filepath.Join(nd.dir, "net.d", "10-nodenet.conflist"),
 			SetNodeNetworkUnavailable: true,
+			HostRouting:               v.hostRouting,
 			ResyncPeriod:              2 * time.Second,
 			MinSyncPeriod:             10 * time.Millisecond,
 			Logger:                    testapi.Logger().With("node", nd.name),
@@ -250,13 +274,25 @@ func tputCluster(b *testing.B, backend, txCsum string) (*nettest.NS, *nettest.NS
 		}
 		ip := gw.Next()
 		pod := tputNS(b)
-		nettest.Link(b, nd.ns, "vpod", fmt.Sprintf("%s/%d", gw, sn.Bits()), pod, "eth0", fmt.Sprintf("%s/%d", ip, sn.Bits()))
+		gwCIDR, podCIDR := fmt.Sprintf("%s/%d", gw, sn.Bits()), fmt.Sprintf("%s/%d", ip, sn.Bits())
+		if v.bridge {
+			nd.ns.MustExec(b, "ip", "link", "add", flanneld.DefaultPodBridge, "type", "bridge")
+			nd.ns.MustExec(b, "ip", "addr", "add", gwCIDR, "dev", flanneld.DefaultPodBridge)
+			nd.ns.MustExec(b, "ip", "link", "set", flanneld.DefaultPodBridge, "up")
+			nettest.Link(b, nd.ns, "vpod", "", pod, "eth0", podCIDR)
+			nd.ns.MustExec(b, "ip", "link", "set", "vpod", "master", flanneld.DefaultPodBridge)
+		} else {
+			nettest.Link(b, nd.ns, "vpod", gwCIDR, pod, "eth0", podCIDR)
+		}
 		if env.MTU > 0 {
 			nd.ns.MustExec(b, "ip", "link", "set", "dev", "vpod", "mtu", fmt.Sprint(env.MTU))
 			pod.MustExec(b, "ip", "link", "set", "dev", "eth0", "mtu", fmt.Sprint(env.MTU))
 		}
 		pod.MustExec(b, "ip", "route", "add", "default", "via", gw.String())
 		pods, podIPs = append(pods, pod), append(podIPs, ip)
+	}
+	if v.nodes {
+		return nodes[0].ns, nodes[1].ns, netip.MustParseAddr("192.168.50.12")
 	}
 	return pods[0], pods[1], podIPs[1]
 }
