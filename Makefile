@@ -39,6 +39,8 @@ build:
 NODES    ?= 3
 BACKEND  ?= host-gw
 PROXY_MODE ?= iptables
+# HOST_ROUTING: flanneld's --host-routing, kernel (flannel's) or ebpf.
+HOST_ROUTING ?= kernel
 DEMO_EXIT ?=
 # LB_IP_POOL: where LoadBalancer IPs come from (default 172.30.0.224/28);
 # API_PORT: the root namespace's port for the API server (default 6443).
@@ -46,7 +48,7 @@ LB_IP_POOL ?=
 API_PORT ?=
 run: build
 	@./hack/deps.sh $(RUN_PKGS)
-	./$(BIN)/nodenet up --nodes $(NODES) --backend $(BACKEND) --proxy-mode $(PROXY_MODE) --dir $(STATE) --demo $(if $(DEMO_EXIT),--demo-exit) \
+	./$(BIN)/nodenet up --nodes $(NODES) --backend $(BACKEND) --proxy-mode $(PROXY_MODE) --host-routing $(HOST_ROUTING) --dir $(STATE) --demo $(if $(DEMO_EXIT),--demo-exit) \
 		$(if $(LB_IP_POOL),--lb-ip-pool $(LB_IP_POOL)) $(if $(API_PORT),--api-port $(API_PORT))
 
 # deps installs the Debian packages the privileged tests need when running as

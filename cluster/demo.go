@@ -174,7 +174,10 @@ type DemoOptions struct {
 	// to go through); NodeNetns maps node names to their namespaces.
 	Backend   string
 	NodeNetns map[string]string
-	Out       io.Writer
+	// HostRouting is flanneld's --host-routing: with ebpf, cross-node pod
+	// traffic is checked not to go through the nodes' IP forwarding.
+	HostRouting string
+	Out         io.Writer
 	// Hints, when set, gets the "try it yourself" commands: only worth
 	// printing for a cluster that stays up.
 	Hints io.Writer

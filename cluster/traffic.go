@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os/exec"
@@ -74,6 +75,22 @@ func forwarded(ctx context.Context, netns string) (int64, error) {
 	return 0, fmt.Errorf("no ForwDatagrams in %s's /proc/net/snmp", netns)
 }
 
+// forwardedSum adds up forwarded for several namespaces.
+func forwardedSum(ctx context.Context, netns []string) (int64, error) {
+	var sum int64
+	for _, ns := range netns {
+		if ns == "" {
+			return 0, errors.New("a node's namespace is unknown")
+		}
+		n, err := forwarded(ctx, ns)
+		if err != nil {
+			return 0, err
+		}
+		sum += n
+	}
+	return sum, nil
+}
+
 // routeTo is netns's route for ip as `ip route get` shows it ("10.244.2.2
 // via 172.30.0.12 dev vpc0 …"): which node the vpc router sends a pod
 // address or a LoadBalancer IP to.
@@ -120,16 +137,25 @@ func checkTrafficKinds(ctx context.Context, o DemoOptions, pods []corev1.Pod, no
 		check(err == nil && seen == first.Status.PodIP, "2. %s -> %s on the same node %s (cni0): the server sees %s (the pod's own address %s)", first.Name, same.Name, first.Spec.NodeName, orErr(seen, err), first.Status.PodIP)
 	}
 	if other != nil && o.ExternalNetns != "" {
+		ends := []string{o.NodeNetns[first.Spec.NodeName], o.NodeNetns[other.Spec.NodeName]}
+		nodesBefore, errNB := forwardedSum(ctx, ends)
 		before, errB := forwarded(ctx, o.ExternalNetns)
 		seen, err := clientIP(net.JoinHostPort(other.Status.PodIP, strconv.Itoa(EchoHTTPPort)))
 		after, errA := forwarded(ctx, o.ExternalNetns)
-		routed := after - before
+		nodesAfter, errNA := forwardedSum(ctx, ends)
+		routed, nodesRouted := after-before, nodesAfter-nodesBefore
 		check(err == nil && seen == first.Status.PodIP, "3. %s (%s) -> %s (%s) across nodes: the server sees %s (the pod's own address)", first.Name, first.Spec.NodeName, other.Name, other.Spec.NodeName, orErr(seen, err))
 		if o.Backend == "alloc" {
 			check(errB == nil && errA == nil && routed > 0, "   through the vpc router: it forwarded %d packets during the exchange (%s)", routed, routeTo(ctx, o.ExternalNetns, other.Status.PodIP))
 			checkNoPeerRoutes(ctx, o, nodes, check)
 		} else {
 			fmt.Fprintf(o.Out, "         node to node over %s: the vpc router forwarded %d packets\n", o.Backend, routed)
+		}
+		if o.HostRouting == "ebpf" && o.Backend != "alloc" {
+			err := errors.Join(errNB, errNA)
+			check(err == nil && nodesRouted == 0, "   eBPF host routing: the two nodes' IP stacks forwarded %s packets of the exchange", orErr(strconv.FormatInt(nodesRouted, 10), err))
+		} else {
+			fmt.Fprintf(o.Out, "         the two nodes' IP stacks forwarded %d packets of the exchange (host routing %s)\n", nodesRouted, cmpOr(o.HostRouting, "kernel"))
 		}
 	}
 	if o.ExternalNetns != "" {

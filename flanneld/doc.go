@@ -30,6 +30,12 @@
 //     our own; with iptables the jump to our FORWARD accepts is appended,
 //     so the proxy's rejects and firewall, inserted first, still see new
 //     flows whichever daemon started first.
+//   - with --host-routing=ebpf (hostrouting_linux.go), the eBPF host
+//     routing of routes/hostrouting: pod-to-pod packets between nodes are
+//     forwarded by TCX programs on the pod veths and the uplinks (the
+//     external interface, and the vxlan devices), past netfilter. The
+//     programs live as long as the daemon; without them (the default,
+//     kernel) the kernel forwards, as upstream flannel.
 //   - subnet.env (package subnetenv), then the CNI conflist (cniconf.go),
 //     only once the backend is up, so the CNI plugin never sees a conflist
 //     without its subnet.env.

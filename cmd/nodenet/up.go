@@ -21,6 +21,7 @@ import (
 	"github.com/nodenet/nodenet/cluster"
 	"github.com/nodenet/nodenet/daemonset"
 	"github.com/nodenet/nodenet/daemonset/manifest"
+	"github.com/nodenet/nodenet/flanneld"
 	"github.com/nodenet/nodenet/internal/cli"
 	"github.com/nodenet/nodenet/internal/periodic"
 	"github.com/nodenet/nodenet/node"
@@ -37,6 +38,8 @@ type upOptions struct {
 	demo     bool
 	demoExit bool
 	demoPods int
+	// hostRouting is flanneld's --host-routing in the DaemonSet.
+	hostRouting string
 }
 
 // parseUp parses and validates every flag of `nodenet up` without touching
@@ -48,6 +51,7 @@ func parseUp(args []string) (upOptions, error) {
 	fs.IntVar(&cfg.Nodes, "nodes", 3, fmt.Sprintf("number of nodes (1-%d)", cluster.MaxNodes))
 	fs.StringVar(&cfg.Backend, "backend", cluster.Backends[0], "flannel backend: "+strings.Join(cluster.Backends, " or "))
 	fs.StringVar(&cfg.ProxyMode, "proxy-mode", "iptables", "proxy data plane on every node: a mode of `nodenet proxy --proxy-mode` built into this binary, or "+cluster.ProxyModeNone)
+	fs.StringVar(&o.hostRouting, "host-routing", flanneld.HostRoutingKernel, "flanneld's --host-routing on every node: kernel, or ebpf (pod-to-pod between nodes forwarded by TCX programs, past netfilter)")
 	fs.StringVar(&cfg.Dir, "dir", defaultStateDir, "state directory (logs, kubeconfigs, per-node CNI dirs); new, empty or an earlier cluster's")
 	fs.StringVar(&cfg.Name, "name", "local", "cluster name; namespaces are nn-<name>-*")
 	fs.StringVar(&cfg.CNIBinary, "cni-plugin", "", "the nodenet-cni binary (default: nodenet-cni next to this binary)")
@@ -87,7 +91,7 @@ func parseUp(args []string) (upOptions, error) {
 			}
 		}
 	}
-	objs, err := daemonObjects(cfg.Backend, cfg.ProxyMode)
+	objs, err := daemonObjects(cfg.Backend, cfg.ProxyMode, o.hostRouting)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -100,11 +104,13 @@ func parseUp(args []string) (upOptions, error) {
 }
 
 // daemonObjects are the objects of daemonset/nodenet.yaml as `nodenet
-// manifest` renders them for the local cluster: its backend and proxy mode
-// and pod network. With no proxy the DaemonSet has no proxy container.
-func daemonObjects(backend, proxyMode string) ([]runtime.Object, error) {
+// manifest` renders them for the local cluster: its backend, proxy mode,
+// host routing and pod network. With no proxy the DaemonSet has no proxy
+// container.
+func daemonObjects(backend, proxyMode, hostRouting string) ([]runtime.Object, error) {
 	o := manifest.Defaults()
 	o.Backend = backend
+	o.HostRouting = hostRouting
 	if proxyMode != cluster.ProxyModeNone {
 		o.ProxyMode = proxyMode
 	}
@@ -153,7 +159,7 @@ func runUp(ctx context.Context, args []string) error {
 	stayUp := !demoExit
 	if demo && result == nil {
 		start := time.Now()
-		result = runDemoIn(runCtx, cs, c, cfg, demoPods, stayUp)
+		result = runDemoIn(runCtx, cs, c, cfg, o.hostRouting, demoPods, stayUp)
 		outcome := "all checks passed"
 		if result != nil {
 			outcome = result.Error()
@@ -222,9 +228,9 @@ func reportChanges(ctx context.Context, c *cluster.Cluster) {
 	})
 }
 
-func runDemoIn(ctx context.Context, cs kubernetes.Interface, c *cluster.Cluster, cfg cluster.Config, pods int, hints bool) error {
+func runDemoIn(ctx context.Context, cs kubernetes.Interface, c *cluster.Cluster, cfg cluster.Config, hostRouting string, pods int, hints bool) error {
 	o := cluster.DemoOptions{Binary: cfg.Binary, Kubeconfig: c.AdminKube, Nodes: cfg.Nodes, Pods: pods, ExternalNetns: cluster.VPCNetns(cfg.Name),
-		Backend: cfg.Backend, NodeNetns: map[string]string{}, Out: os.Stdout}
+		Backend: cfg.Backend, HostRouting: hostRouting, NodeNetns: map[string]string{}, Out: os.Stdout}
 	for i := 1; i <= cfg.Nodes; i++ {
 		o.NodeNetns[cluster.NodeName(i)] = cluster.NodeNetns(cfg.Name, i)
 	}
