@@ -177,9 +177,10 @@ func TestForwardsPodToPodPastNetfilter(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// Both families, both directions: SYN, data and FIN each way.
-		if counts["forwarded"] < 8 {
-			t.Errorf("node %d: forwarded %d packets, want at least 8 (counts %v)", i, counts["forwarded"], counts)
+		// Both families, both directions: SYN, data and FIN each way,
+		// out of the sender's node and into the receiving pod.
+		if counts["forwarded"] < 8 || counts["delivered"] < 8 {
+			t.Errorf("node %d: forwarded %d packets and delivered %d, want at least 8 each (counts %v)", i, counts["forwarded"], counts["delivered"], counts)
 		}
 		if got := r.Attached(); strings.Join(got, ",") != "up"+strconv.Itoa(i)+",veth0" {
 			t.Errorf("node %d: attached to %v", i, got)
@@ -247,5 +248,27 @@ func TestFollowsTheBridge(t *testing.T) {
 	}
 	if after["forwarded"] <= before["forwarded"] {
 		t.Errorf("nothing forwarded through the re-created bridge: %v", after)
+	}
+}
+
+// Nothing resolved and nothing learnt yet: the first packets make the
+// kernel resolve the next hops (bpf_redirect_neigh) and reach the pod
+// through the bridge; once the pod has answered, its veth is known and
+// packets go straight into it.
+func TestResolvesNeighboursAndLearnsPods(t *testing.T) {
+	c := newTwoNodes(t)
+	r0, r1 := c.start(t, 0), c.start(t, 1)
+	c.exchange(t, net.JoinHostPort(podAddr(1, false), "8080"), net.JoinHostPort(podAddr(1, false), "8080"))
+	for i, r := range []*Router{r0, r1} {
+		counts, err := r.Counts()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if counts["no_route"] != 0 || counts["delivered"] == 0 {
+			t.Errorf("node %d: counts %v; want no packet left to the stack and some delivered into the pod", i, counts)
+		}
+		if n := c.netfilterForwarded(t, i); n != 0 {
+			t.Errorf("node %d: netfilter forwarded %d TCP packets", i, n)
+		}
 	}
 }

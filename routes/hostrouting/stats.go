@@ -9,7 +9,8 @@ import (
 // Outcomes of a packet in the programs, indexed as bpf/hostrouting.c's
 // enum stat.
 var outcomes = []string{
-	"forwarded", // redirected past the stack
+	"forwarded", // redirected past the stack, out of an interface
+	"delivered", // redirected past the stack straight into a pod (bpf_redirect_peer)
 	"not_pods",  // not pod to pod in the program's direction
 	"not_fast",  // ICMP, fragment, IPv6 extension header, TTL about to expire
 	"nat",       // a flow conntrack translates

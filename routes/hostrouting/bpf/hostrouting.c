@@ -60,7 +60,8 @@ struct {
 
 // Per-CPU packet counters by outcome (the Go side's stat* constants).
 enum stat {
-	STAT_FORWARDED,   // redirected past the stack
+	STAT_FORWARDED,   // redirected past the stack, out of an interface
+	STAT_DELIVERED,   // redirected past the stack straight into a pod
 	STAT_NOT_PODS,    // not pod to pod in this program's direction
 	STAT_NOT_FAST,    // ICMP, fragment, extension header, TTL <= 1
 	STAT_NAT,         // a flow conntrack translates
@@ -204,14 +205,16 @@ static __always_inline int redirect(struct __sk_buff *skb, struct bpf_fib_lookup
 		return count(STAT_NO_ROUTE, NEXT);
 	__builtin_memcpy(eth->h_dest, fib->dmac, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, fib->smac, ETH_ALEN);
-	count(STAT_FORWARDED, 0);
 	if (br && br->ifindex && fib->ifindex == br->ifindex) {
 		struct mac_key k = {};
 		__builtin_memcpy(k.mac, fib->dmac, ETH_ALEN);
 		__u32 *veth = bpf_map_lookup_elem(&fdb, &k);
-		if (veth)
+		if (veth) {
+			count(STAT_DELIVERED, 0);
 			return bpf_redirect_peer(*veth, 0);
+		}
 	}
+	count(STAT_FORWARDED, 0);
 	return bpf_redirect(fib->ifindex, 0);
 }
 
