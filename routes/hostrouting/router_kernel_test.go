@@ -272,3 +272,39 @@ func TestResolvesNeighboursAndLearnsPods(t *testing.T) {
 		}
 	}
 }
+
+// A pod's veth deleted: its attachment and what the fdb learnt on it go.
+func TestForgetsDeletedPods(t *testing.T) {
+	c := newTwoNodes(t)
+	c.start(t, 0)
+	r1 := c.start(t, 1)
+	c.resolve(t)
+	l, err := c.node[1].Handle().LinkByName("veth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	learnt := func() int {
+		var (
+			k hostroutingMacKey
+			v uint32
+			n int
+		)
+		for it := r1.objs.Fdb.Iterate(); it.Next(&k, &v); {
+			if int(v) == l.Attrs().Index {
+				n++
+			}
+		}
+		return n
+	}
+	if learnt() == 0 {
+		t.Fatal("the pod's MAC was not learnt on its veth")
+	}
+	c.node[1].MustExec(t, "ip", "link", "del", "veth0")
+	deadline := time.Now().Add(5 * time.Second)
+	for learnt() != 0 || strings.Join(r1.Attached(), ",") != "up1" {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the veth's deletion: attached to %v, %d fdb entries on it", r1.Attached(), learnt())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
