@@ -266,7 +266,7 @@ func (r *Router) setBridge(l netlink.Link, deleted bool) error {
 	r.bridgeIndex = int(v.Ifindex)
 	r.mu.Unlock()
 	if changed {
-		r.log.Info("host routing: pod bridge", "bridge", r.cfg.Bridge, "ifindex", v.Ifindex, "mac", l.Attrs().HardwareAddr)
+		r.log.Info("host routing: pod bridge", "bridge", r.cfg.Bridge, "ifindex", v.Ifindex, "mac", l.Attrs().HardwareAddr.String())
 	}
 	return nil
 }
