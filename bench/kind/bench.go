@@ -92,6 +92,11 @@ type scenario struct {
 	// the client's and the server's (none for the baseline, which no
 	// proxy rule touches).
 	nodes []string
+	// pair, if set, is run right after each run of this scenario, same
+	// test: the node-to-node baseline beside pod → pod across nodes, so
+	// their ratio is taken run by run, not across minutes of a shared
+	// machine's drift.
+	pair *scenario
 }
 
 func (k *kcluster) scenarios(ctx context.Context) ([]scenario, []scenario, error) {
@@ -114,13 +119,13 @@ func (k *kcluster) scenarios(ctx context.Context) ([]scenario, []scenario, error
 	if err != nil {
 		return nil, nil, err
 	}
+	base := []scenario{{name: "node-node", from: "host-a", host: nodes[worker2Node], ctl: hostCtlPort, data: hostDataPort}}
 	pods := []scenario{
-		{"pod-pod same node", "cli-a", a, ctlPort, dataPort, []string{workerNode}},
-		{"pod-pod across nodes", "cli-a", b, ctlPort, dataPort, []string{workerNode, worker2Node}},
-		{"pod-ClusterIP-pod", "cli-a", cip, ctlPort, svcDataPort, []string{workerNode, worker2Node}},
-		{"outside-NodePort-pod", "host-cp", nodes[worker2Node], nodePortCtl, npDataPort, []string{cpNode, worker2Node}},
+		{name: "pod-pod same node", from: "cli-a", host: a, ctl: ctlPort, data: dataPort, nodes: []string{workerNode}},
+		{name: "pod-pod across nodes", from: "cli-a", host: b, ctl: ctlPort, data: dataPort, nodes: []string{workerNode, worker2Node}, pair: &base[0]},
+		{name: "pod-ClusterIP-pod", from: "cli-a", host: cip, ctl: ctlPort, data: svcDataPort, nodes: []string{workerNode, worker2Node}},
+		{name: "outside-NodePort-pod", from: "host-cp", host: nodes[worker2Node], ctl: nodePortCtl, data: npDataPort, nodes: []string{cpNode, worker2Node}},
 	}
-	base := []scenario{{"node-node", "host-a", nodes[worker2Node], hostCtlPort, hostDataPort, nil}}
 	return pods, base, nil
 }
 
@@ -161,6 +166,13 @@ func (k *kcluster) measure(ctx context.Context, o options, plane string, scen []
 						return fmt.Errorf("%s, %s, %s: %w", plane, s.name, t.name, err)
 					}
 					r.Values = append(r.Values, v)
+					if s.pair != nil {
+						pv, err := k.netperf(ctx, *s.pair, t.name, o.seconds)
+						if err != nil {
+							return fmt.Errorf("%s, %s beside %s, %s: %w", plane, s.pair.name, s.name, t.name, err)
+						}
+						r.Paired = append(r.Paired, pv)
+					}
 				}
 				return nil
 			}
@@ -177,6 +189,9 @@ func (k *kcluster) measure(ctx context.Context, o options, plane string, scen []
 				k.p.note("%-28s %-22s %-10s conntrack: %s", plane, s.name, t.name, strings.Join(r.Conntrack, "; "))
 			}
 			k.p.note("%-28s %-22s %-10s median %s %s (runs %v)", plane, s.name, t.name, strconv.FormatFloat(report.Median(r.Values), 'f', 1, 64), t.unit, r.Values)
+			if len(r.Paired) > 0 {
+				k.p.note("%-28s %-22s %-10s %s beside each run: %v; median ratio %.0f%%", plane, s.name, t.name, s.pair.name, r.Paired, 100*r.PairedRatio())
+			}
 			res = append(res, r)
 		}
 	}

@@ -25,6 +25,10 @@ type Result struct {
 	// and server's nodes over the runs ("nodenet-worker: invalid +12"),
 	// recorded for TCP_CRR.
 	Conntrack []string `json:"conntrack,omitempty"`
+	// Paired are node-to-node runs of the same test, each taken right
+	// after the run of Values with the same index (pod → pod across
+	// nodes): PairedRatio compares them run by run.
+	Paired []float64 `json:"paired,omitempty"`
 	// Run numbers the bench runs a file holds (bench -add): 0 for the
 	// first. Figures are compared only within one run.
 	Run int `json:"run,omitempty"`
@@ -46,6 +50,23 @@ type Data struct {
 	// HostRouting is nodenet's flanneld --host-routing in this run; ""
 	// in files from before the flag, when it was always kernel.
 	HostRouting string `json:"hostRouting,omitempty"`
+}
+
+// PairedRatio is the median of Values[i] / Paired[i], 0 without pairs.
+func (r Result) PairedRatio() float64 {
+	if len(r.Paired) == 0 || len(r.Paired) != len(r.Values) {
+		return 0
+	}
+	var ratios []float64
+	for i, v := range r.Values {
+		if r.Paired[i] > 0 {
+			ratios = append(ratios, v/r.Paired[i])
+		}
+	}
+	if len(ratios) == 0 {
+		return 0
+	}
+	return Median(ratios)
 }
 
 // HostRoutingOrKernel is HostRouting with the old files' meaning filled in.

@@ -108,3 +108,24 @@ func TestHostRoutingStated(t *testing.T) {
 		}
 	}
 }
+
+// TestPodPodTargetJudgedOnPairs: with node-to-node runs taken beside each
+// pod → pod run, the host-gw target is judged on the run-by-run ratio, not
+// on a baseline measured minutes apart.
+func TestPodPodTargetJudgedOnPairs(t *testing.T) {
+	d := Data{Results: []Result{
+		{Dataplane: Baseline, Scenario: "node-node", Test: "TCP_RR", Unit: "trans/s", Values: []float64{120, 120, 120}},
+		{Dataplane: "nodenet host-gw iptables", Scenario: "pod-pod across nodes", Test: "TCP_RR", Unit: "trans/s",
+			Values: []float64{90, 96, 97}, Paired: []float64{95, 100, 100}},
+	}}
+	if got := d.Results[1].PairedRatio(); got < 0.959 || got > 0.961 {
+		t.Fatalf("PairedRatio = %v, want 0.96", got)
+	}
+	out := Targets(d)
+	if !strings.Contains(out, "pod-pod across nodes, TCP_RR: 96% (met, paired run by run with the baseline; against the baseline's own median 80%)") {
+		t.Fatalf("target not judged on the pairs:\n%s", out)
+	}
+	if (Result{Values: []float64{1, 2}, Paired: []float64{1}}).PairedRatio() != 0 {
+		t.Fatal("mismatched pairs must give no ratio")
+	}
+}
