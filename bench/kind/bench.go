@@ -203,8 +203,8 @@ func (k *kcluster) measure(ctx context.Context, o options, plane string, scen []
 // the results and the report. Results measured before a failure are kept.
 func (k *kcluster) bench(ctx context.Context, o options, repo string) error {
 	data := report.Data{Date: time.Now().UTC().Format("2006-01-02 15:04 MST"),
-		Command: fmt.Sprintf("make bench-kind (go run ./bench/kind bench -backend %s -proxy-modes %s -upstream-modes %s -runs %d -seconds %d%s)",
-			strings.Join(o.backends, ","), strings.Join(o.modes, ","), upstreamModesArg(o.upstream), o.runs, o.seconds, servicesArg(o.services)),
+		Command: fmt.Sprintf("make bench-kind (go run ./bench/kind bench -backend %s -proxy-modes %s -upstream-modes %s -host-routing %s -runs %d -seconds %d%s)",
+			strings.Join(o.backends, ","), strings.Join(o.modes, ","), upstreamModesArg(o.upstream), o.hostRouting, o.runs, o.seconds, servicesArg(o.services)),
 		Machine:  machine(),
 		Versions: versions(),
 		Services: o.services, HostRouting: o.hostRouting}
