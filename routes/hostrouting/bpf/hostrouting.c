@@ -218,6 +218,42 @@ static __always_inline int redirect(struct __sk_buff *skb, struct bpf_fib_lookup
 	return bpf_redirect(fib->ifindex, 0);
 }
 
+// route does what both families share once the packet qualifies: the NAT
+// test, the FIB lookup, the TTL / hop limit decrement and the redirect.
+// fib comes with the family, protocol, addresses (and IPv6 flow label).
+static __always_inline int route(struct __sk_buff *skb, struct bpf_sock_tuple *tup, __u32 tuplen,
+				 struct bpf_fib_lookup *fib)
+{
+	if (translated(skb, tup, tuplen, fib->l4_protocol))
+		return count(STAT_NAT, NEXT);
+	// tot_len stays 0: the helper then checks the egress MTU against the
+	// skb itself, which knows about GSO (a header's length would be the
+	// whole segmented super-packet's).
+	fib->ifindex = skb->ingress_ifindex;
+	int rc = bpf_fib_lookup(skb, fib, sizeof(*fib), 0);
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
+		return count(STAT_NO_ROUTE, NEXT);
+
+	// The kfunc and helper calls invalidated the packet pointers.
+	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
+	if (fib->family == AF_INET) {
+		struct iphdr *ip = data + sizeof(struct ethhdr);
+		if ((void *)(ip + 1) > end)
+			return count(STAT_NO_ROUTE, NEXT);
+		// ip_decrease_ttl: the checksum changes by the TTL's weight.
+		__u32 check = ip->check;
+		check += bpf_htons(0x0100);
+		ip->check = (__u16)(check + (check >= 0xffff));
+		ip->ttl--;
+	} else {
+		struct ipv6hdr *ip = data + sizeof(struct ethhdr);
+		if ((void *)(ip + 1) > end)
+			return count(STAT_NO_ROUTE, NEXT);
+		ip->hop_limit--;
+	}
+	return redirect(skb, fib, rc);
+}
+
 static __always_inline int forward4(struct __sk_buff *skb, __u32 want_src, __u32 want_dst)
 {
 	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
@@ -234,36 +270,8 @@ static __always_inline int forward4(struct __sk_buff *skb, __u32 want_src, __u32
 	if ((void *)(p + 1) > end)
 		return count(STAT_NOT_FAST, NEXT);
 	struct bpf_sock_tuple tup = {.ipv4 = {.saddr = src, .daddr = dst, .sport = p->src, .dport = p->dst}};
-	__u8 proto = ip->protocol;
-	if (translated(skb, &tup, sizeof(tup.ipv4), proto))
-		return count(STAT_NAT, NEXT);
-
-	// tot_len stays 0: the helper then checks the egress MTU against the
-	// skb itself, which knows about GSO (a header's length would be the
-	// whole segmented super-packet's).
-	struct bpf_fib_lookup fib = {
-		.family = AF_INET,
-		.l4_protocol = proto,
-		.ifindex = skb->ingress_ifindex,
-		.ipv4_src = src,
-		.ipv4_dst = dst,
-	};
-	int rc = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
-		return count(STAT_NO_ROUTE, NEXT);
-
-	// The kfunc and helper calls invalidated the packet pointers.
-	data = (void *)(long)skb->data;
-	end = (void *)(long)skb->data_end;
-	ip = data + sizeof(struct ethhdr);
-	if ((void *)(ip + 1) > end)
-		return count(STAT_NO_ROUTE, NEXT);
-	// ip_decrease_ttl: the checksum changes by the TTL's weight.
-	__u32 check = ip->check;
-	check += bpf_htons(0x0100);
-	ip->check = (__u16)(check + (check >= 0xffff));
-	ip->ttl--;
-	return redirect(skb, &fib, rc);
+	struct bpf_fib_lookup fib = {.family = AF_INET, .l4_protocol = ip->protocol, .ipv4_src = src, .ipv4_dst = dst};
+	return route(skb, &tup, sizeof(tup.ipv4), &fib);
 }
 
 static __always_inline int forward6(struct __sk_buff *skb, __u32 want_src, __u32 want_dst)
@@ -286,30 +294,14 @@ static __always_inline int forward6(struct __sk_buff *skb, __u32 want_src, __u32
 	struct bpf_sock_tuple tup = {.ipv6 = {.sport = p->src, .dport = p->dst}};
 	__builtin_memcpy(tup.ipv6.saddr, src, sizeof(src));
 	__builtin_memcpy(tup.ipv6.daddr, dst, sizeof(dst));
-	__u8 proto = ip->nexthdr;
-	__be32 flowinfo = *(__be32 *)ip & bpf_htonl(0x0fffffff);
-	if (translated(skb, &tup, sizeof(tup.ipv6), proto))
-		return count(STAT_NAT, NEXT);
-
 	struct bpf_fib_lookup fib = {
 		.family = AF_INET6,
-		.l4_protocol = proto,
-		.ifindex = skb->ingress_ifindex,
-		.flowinfo = flowinfo,
+		.l4_protocol = ip->nexthdr,
+		.flowinfo = *(__be32 *)ip & bpf_htonl(0x0fffffff),
 	};
 	__builtin_memcpy(fib.ipv6_src, src, sizeof(src));
 	__builtin_memcpy(fib.ipv6_dst, dst, sizeof(dst));
-	int rc = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS && rc != BPF_FIB_LKUP_RET_NO_NEIGH)
-		return count(STAT_NO_ROUTE, NEXT);
-
-	data = (void *)(long)skb->data;
-	end = (void *)(long)skb->data_end;
-	ip = data + sizeof(struct ethhdr);
-	if ((void *)(ip + 1) > end)
-		return count(STAT_NO_ROUTE, NEXT);
-	ip->hop_limit--;
-	return redirect(skb, &fib, rc);
+	return route(skb, &tup, sizeof(tup.ipv6), &fib);
 }
 
 static __always_inline int forward(struct __sk_buff *skb, __u32 want_src, __u32 want_dst)
