@@ -23,4 +23,9 @@
 // Cilium's BPF host routing: pod-to-pod packets between nodes do not
 // traverse the nodes' netfilter FORWARD chains, so iptables rules there do
 // not see them.
+//
+// Kernel: TCX (Linux 6.6), the conntrack lookup kfunc and BTF
+// (/sys/kernel/btf/vmlinux) for its CO-RE read of the entry's status;
+// flanneld fails to start with --host-routing=ebpf where they are missing,
+// saying which step failed.
 package hostrouting
