@@ -92,11 +92,5 @@ func (c *testCluster) wireBridgedPod(nd *testNode) {
 // forwardedTCP reads the node's count of TCP packets in FORWARD.
 func forwardedTCP(t *testing.T, nd *testNode) int {
 	t.Helper()
-	out := string(nd.ns.MustExec(t, "nft", "list", "chain", "inet", "counted", "c"))
-	m := regexp.MustCompile(`packets (\d+)`).FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("%s: no counter in\n%s", nd.name, out)
-	}
-	n, _ := strconv.Atoi(m[1])
-	return n
+	return nettest.NFTPackets(t, nd.ns, "inet", "counted", "c")
 }

@@ -1,11 +1,10 @@
 package hostrouting
 
 import (
+	"encoding/binary"
 	"net/netip"
 	"strings"
 	"testing"
-
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -52,7 +51,8 @@ func TestNetKeyBytes(t *testing.T) {
 	if k.Prefixlen != 48 || k.Family != unix.AF_INET {
 		t.Fatalf("key %+v", k)
 	}
-	b := (*[4]byte)(unsafePointer(&k.Addr[0]))
+	var b [4]byte
+	binary.NativeEndian.PutUint32(b[:], k.Addr[0])
 	if b[0] != 10 || b[1] != 244 {
 		t.Fatalf("address bytes %v, want 10.244.…", b)
 	}
@@ -61,5 +61,3 @@ func TestNetKeyBytes(t *testing.T) {
 		t.Fatalf("key %+v", k6)
 	}
 }
-
-func unsafePointer(p *uint32) unsafe.Pointer { return unsafe.Pointer(p) }

@@ -223,29 +223,19 @@ func netKey(p netip.Prefix) hostroutingNetKey {
 // Returning an error is for Start: the follower logs and goes on.
 func (r *Router) linkChanged(l netlink.Link, deleted bool) error {
 	a := l.Attrs()
+	if a.Name == r.cfg.Bridge {
+		return r.setBridge(l, deleted)
+	}
 	r.mu.Lock()
-	cur, had := r.attached[a.Index]
+	_, had := r.attached[a.Index]
 	bridgeIndex := r.bridgeIndex
 	r.mu.Unlock()
+	uplink := slices.Contains(r.cfg.Uplinks, a.Name)
+	want := !deleted && (uplink || bridgeIndex != 0 && a.MasterIndex == bridgeIndex && l.Type() == "veth")
 	switch {
-	case a.Name == r.cfg.Bridge:
-		return r.setBridge(l, deleted)
-	case slices.Contains(r.cfg.Uplinks, a.Name):
-		if deleted || had {
-			break
-		}
-		return r.attach(a.Name, a.Index, true)
-	default:
-		port := !deleted && bridgeIndex != 0 && a.MasterIndex == bridgeIndex && l.Type() == "veth"
-		if port && !had {
-			return r.attach(a.Name, a.Index, false)
-		}
-		if !port && had && !cur.uplink {
-			r.forget(a.Index)
-		}
-		return nil
-	}
-	if deleted && had {
+	case want && !had:
+		return r.attach(a.Name, a.Index, uplink)
+	case !want && had:
 		r.forget(a.Index)
 	}
 	return nil

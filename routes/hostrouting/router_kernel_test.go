@@ -87,16 +87,7 @@ func (c *twoNodes) start(t *testing.T, i int) *Router {
 // netfilterForwarded is the node's count of TCP packets in FORWARD.
 func (c *twoNodes) netfilterForwarded(t *testing.T, i int) int {
 	t.Helper()
-	out := string(c.node[i].MustExec(t, "nft", "list", "chain", "inet", "t", "counted"))
-	_, rest, ok := strings.Cut(out, "packets ")
-	if !ok {
-		t.Fatalf("no counter in\n%s", out)
-	}
-	n, err := strconv.Atoi(strings.Fields(rest)[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
+	return nettest.NFTPackets(t, c.node[i], "inet", "t", "counted")
 }
 
 // resolve sends a UDP datagram each way in both families and waits until
