@@ -41,16 +41,17 @@ const (
 )
 
 // tputResult is one variant's data path: iperf3 throughput and the
-// round-trip latency of a 1-byte TCP request/response.
+// round-trip latency of a 1-byte request/response, over TCP and UDP.
 type tputResult struct {
 	Gbps    float64 // end.sum_received.bits_per_second / 1e9
 	Retrans int     // end.sum_sent.retransmits
 	RTT     Latency
+	UDPRTT  Latency
 }
 
 func (r tputResult) String() string {
-	return fmt.Sprintf("%.2f Gbit/s (%d retransmits), TCP 1-byte RR p50 %.1fµs p99 %.1fµs (n=%d)",
-		r.Gbps, r.Retrans, us(r.RTT.P50), us(r.RTT.P99), r.RTT.N)
+	return fmt.Sprintf("%.2f Gbit/s (%d retransmits), TCP 1-byte RR p50 %.1fµs p99 %.1fµs (n=%d), UDP p50 %.1fµs p99 %.1fµs",
+		r.Gbps, r.Retrans, us(r.RTT.P50), us(r.RTT.P99), r.RTT.N, us(r.UDPRTT.P50), us(r.UDPRTT.P99))
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
@@ -74,9 +75,9 @@ func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond)
 //
 // Per variant: throughput is `iperf3 -c <pod> -t 5 -J` run in one pod
 // namespace against `iperf3 -s -1` in the other (end.sum_received); latency
-// is a Go TCP request/response of 1 byte each way over one connection
-// (netperf TCP_RR style), 2000 round trips after 200 unmeasured ones,
-// reported as p50/p99. Everything (processes, daemons, API server,
+// is a Go request/response of 1 byte each way over one TCP connection
+// (netperf TCP_RR style) and over one connected UDP socket pair (UDP_RR),
+// 2000 round trips each after 200 unmeasured ones, reported as p50/p99. Everything (processes, daemons, API server,
 // namespaces) is torn down when each sub-benchmark ends. Run with
 // -benchtime=1x.
 func BenchmarkFlanneldThroughput(b *testing.B) {
@@ -116,6 +117,7 @@ func BenchmarkFlanneldThroughput(b *testing.B) {
 			b.ReportMetric(res.Gbps, "gbit/s")
 			b.ReportMetric(us(res.RTT.P50), "rtt-p50-µs")
 			b.ReportMetric(us(res.RTT.P99), "rtt-p99-µs")
+			b.ReportMetric(us(res.UDPRTT.P50), "udp-rtt-p50-µs")
 			b.ReportMetric(float64(res.Retrans), "retransmits")
 			if v.name == "veth" || v.name == "node" {
 				limits[v.name] = &res
@@ -129,8 +131,10 @@ func BenchmarkFlanneldThroughput(b *testing.B) {
 				}
 				b.ReportMetric(res.Gbps/limit.Gbps, "tput-x-"+l)
 				b.ReportMetric(float64(res.RTT.P50)/float64(limit.RTT.P50), "p50-x-"+l)
-				b.Logf("%s vs %s: %.0f%% of the throughput, p50 RTT ×%.2f, p99 ×%.2f", v.name, l,
-					100*res.Gbps/limit.Gbps, float64(res.RTT.P50)/float64(limit.RTT.P50), float64(res.RTT.P99)/float64(limit.RTT.P99))
+				b.ReportMetric(float64(res.UDPRTT.P50)/float64(limit.UDPRTT.P50), "udp-p50-x-"+l)
+				b.Logf("%s vs %s: %.0f%% of the throughput, TCP p50 RTT ×%.2f, p99 ×%.2f, UDP p50 ×%.2f, p99 ×%.2f", v.name, l,
+					100*res.Gbps/limit.Gbps, float64(res.RTT.P50)/float64(limit.RTT.P50), float64(res.RTT.P99)/float64(limit.RTT.P99),
+					float64(res.UDPRTT.P50)/float64(limit.UDPRTT.P50), float64(res.UDPRTT.P99)/float64(limit.UDPRTT.P99))
 			}
 		})
 	}
@@ -159,11 +163,13 @@ func runThroughput(b *testing.B, v tputVariant) tputResult {
 		client, server, dst = tputCluster(b, v)
 	}
 	rr := tputEchoServer(b, server, dst)
+	udp := tputUDPEchoServer(b, server, dst)
 	b.StartTimer()
 	rtt := tputRoundTrips(b, client, rr)
+	udpRTT := tputUDPRoundTrips(b, client, udp)
 	gbps, retrans := tputIperf3(b, client, server, dst)
 	b.StopTimer()
-	return tputResult{Gbps: gbps, Retrans: retrans, RTT: rtt}
+	return tputResult{Gbps: gbps, Retrans: retrans, RTT: rtt, UDPRTT: udpRTT}
 }
 
 // tputMade lists the namespaces the running sub-benchmark created.
@@ -421,6 +427,64 @@ func tputRoundTrips(b *testing.B, ns *nettest.NS, addr string) Latency {
 		if i >= tputWarmup {
 			rt = append(rt, time.Since(t0))
 		}
+	}
+	return Summarize(rt)
+}
+
+// tputUDPEchoServer answers every datagram on ip:0 inside ns with its
+// own bytes; it returns the address to send to. It stops in cleanup.
+func tputUDPEchoServer(b *testing.B, ns *nettest.NS, ip netip.Addr) string {
+	var pc net.PacketConn
+	if err := ns.Do(func() (err error) {
+		pc, err = net.ListenPacket("udp", netip.AddrPortFrom(ip, 0).String())
+		return err
+	}); err != nil {
+		b.Fatalf("listen udp in %s: %v", ns.Name(), err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 64)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			pc.WriteTo(buf[:n], from)
+		}
+	}()
+	b.Cleanup(func() { pc.Close(); <-done })
+	return pc.LocalAddr().String()
+}
+
+// tputUDPRoundTrips times 1-byte datagram round trips from a connected
+// UDP socket in ns to addr, after warm-up ones that also wait (30 s at
+// most) for the data path: a lost datagram is resent after 200 ms.
+func tputUDPRoundTrips(b *testing.B, ns *nettest.NS, addr string) Latency {
+	var c net.Conn
+	if err := ns.Do(func() (err error) { c, err = net.Dial("udp", addr); return err }); err != nil {
+		b.Fatalf("udp dial %s from %s: %v", addr, ns.Name(), err)
+	}
+	defer c.Close()
+	buf := []byte{'x'}
+	deadline := time.Now().Add(30 * time.Second)
+	rt := make([]time.Duration, 0, tputRTs)
+	for i := 0; i < tputWarmup+tputRTs; {
+		t0 := time.Now()
+		if _, err := c.Write(buf); err != nil {
+			b.Fatal(err)
+		}
+		c.SetReadDeadline(t0.Add(200 * time.Millisecond))
+		if _, err := c.Read(buf); err != nil {
+			if time.Now().After(deadline) {
+				b.Fatalf("no UDP echo from %s in %s after 30s: %v", addr, ns.Name(), err)
+			}
+			continue
+		}
+		if i >= tputWarmup {
+			rt = append(rt, time.Since(t0))
+		}
+		i++
 	}
 	return Summarize(rt)
 }

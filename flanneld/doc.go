@@ -33,7 +33,8 @@
 //   - with --host-routing=ebpf (hostrouting_linux.go), the eBPF host
 //     routing of routes/hostrouting: pod-to-pod packets between nodes are
 //     forwarded by TCX programs on the pod veths and the uplinks (the
-//     external interface, and the vxlan devices), past netfilter. The
+//     external interface, and the vxlan devices), past netfilter, and
+//     packets between two local pods are switched past the bridge. The
 //     programs live as long as the daemon; without them (the default,
 //     kernel) the kernel forwards, as upstream flannel.
 //   - subnet.env (package subnetenv), then the CNI conflist (cniconf.go),

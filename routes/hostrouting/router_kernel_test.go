@@ -299,3 +299,79 @@ func TestForgetsDeletedPods(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// Two pods on one node: their frames are switched straight into each
+// other's namespace, past the bridge (whose forward hook counts none of
+// them), unless conntrack translates the flow: a service-like DNAT to the
+// second pod still gets its reverse translation from the stack.
+func TestSwitchesLocalPodToPodPastTheBridge(t *testing.T) {
+	c := newTwoNodes(t)
+	n, a := c.node[0], c.pod[0]
+	b := nettest.New(t)
+	const bV4, bV6 = "10.244.1.3", "fd44:1::3"
+	nettest.Link(t, b, "eth0", bV4+"/24", n, "veth1", "")
+	b.MustExec(t, "ip", "-6", "addr", "add", bV6+"/64", "dev", "eth0", "nodad")
+	n.MustExec(t, "ip", "link", "set", "veth1", "master", "cni0")
+	b.MustExec(t, "ip", "route", "add", "default", "via", "10.244.1.1")
+	// Counts the TCP frames the bridge forwards between its ports.
+	n.MustExec(t, "nft", "add table bridge b; add chain bridge b switched { type filter hook forward priority 0; };"+
+		" add rule bridge b switched meta l4proto tcp counter")
+	bridged := func() int { return nettest.NFTPackets(t, n, "bridge", "b", "switched") }
+	n.MustExec(t, "nft", "add table ip nat; add chain ip nat pre { type nat hook prerouting priority -100; };"+
+		" add rule ip nat pre ip daddr 10.96.0.10 tcp dport 80 dnat to "+bV4+":8080")
+	for _, addr := range []string{net.JoinHostPort(bV4, "8080"), net.JoinHostPort(bV6, "8080")} {
+		nettest.EchoTCP(t, b, addr)
+	}
+	roundTrip := func(addr string) {
+		t.Helper()
+		if err := nettest.TCPRoundTrip(a, addr, 10000, 3*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Control: without the programs the bridge forwards the flow.
+	roundTrip(net.JoinHostPort(bV4, "8080"))
+	before := bridged()
+	if before == 0 {
+		t.Fatal("control: the bridge forwarded no TCP frame between its pods without host routing")
+	}
+
+	r := c.start(t, 0)
+	// The programs learn both pods' MACs from the first frames each sends
+	// (neighbour discovery); until then the bridge switches.
+	for _, addr := range []string{net.JoinHostPort(bV4, "8080"), net.JoinHostPort(bV6, "8080")} {
+		roundTrip(addr)
+	}
+	warm, err := r.Counts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	before = bridged()
+	for _, addr := range []string{net.JoinHostPort(bV4, "8080"), net.JoinHostPort(bV6, "8080")} {
+		roundTrip(addr)
+	}
+	counts, err := r.Counts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := bridged() - before; got != 0 {
+		t.Errorf("the bridge forwarded %d TCP frames between local pods; want all of them switched (counts %v)", got, counts)
+	}
+	// SYN, data and FIN each way, in both families.
+	if got := counts["switched"] - warm["switched"]; got < 8 {
+		t.Errorf("switched %d packets between local pods, want at least 8 (counts %v)", got, counts)
+	}
+	if counts["forwarded"] != 0 || counts["delivered"] != 0 {
+		t.Errorf("a same-node exchange was routed: %v", counts)
+	}
+
+	// Through the DNAT: the replies (b to a, both local pods) must meet
+	// conntrack's reverse translation, so they go to the stack.
+	roundTrip("10.96.0.10:80")
+	after, err := r.Counts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after["nat"] == counts["nat"] {
+		t.Errorf("the translated flow's replies were not left to the stack: %v", after)
+	}
+}

@@ -15,6 +15,7 @@ var outcomes = []string{
 	"not_fast",  // ICMP, fragment, IPv6 extension header, TTL about to expire
 	"nat",       // a flow conntrack translates
 	"no_route",  // the FIB declined: no neighbour yet, MTU, not forwarded
+	"switched",  // a local pod's frame to another local pod, redirected straight into it
 }
 
 // Counts sums the programs' per-CPU counters by outcome.
@@ -35,7 +36,7 @@ func (r *Router) Counts() (map[string]uint64, error) {
 }
 
 var packetsDesc = prometheus.NewDesc("nodenet_host_routing_packets_total",
-	"Packets seen by the eBPF host routing programs, by outcome: forwarded past the stack, or left to it and why.",
+	"Packets seen by the eBPF host routing programs, by outcome: forwarded, delivered or switched past the stack, or left to it and why.",
 	[]string{"outcome"}, nil)
 
 // Collector exports Counts as nodenet_host_routing_packets_total.

@@ -8,6 +8,9 @@
 //   FIB names (the uplink with host-gw, flannel.1 with vxlan). It runs
 //   before the bridge, whose br_netfilter hooks would otherwise already
 //   have tracked (and possibly translated) the packet.
+//   It also switches a local pod's frame to another local pod straight
+//   into that pod's namespace (bpf_redirect_peer), as the bridge would
+//   but past br_netfilter's hooks and the second veth's backlog queue.
 //   to_pods, on that interface: a packet from a pod of another node to a
 //   local pod goes straight into the pod's namespace (bpf_redirect_peer),
 //   past the bridge and the veth's backlog queue.
@@ -66,6 +69,7 @@ enum stat {
 	STAT_NOT_FAST,    // ICMP, fragment, extension header, TTL <= 1
 	STAT_NAT,         // a flow conntrack translates
 	STAT_NO_ROUTE,    // the FIB declined (MTU, not a unicast forward)
+	STAT_SWITCHED,    // a local pod's frame redirected straight into another local pod
 	STAT_MAX,
 };
 
@@ -219,13 +223,21 @@ static __always_inline int redirect(struct __sk_buff *skb, struct bpf_fib_lookup
 }
 
 // route does what both families share once the packet qualifies: the NAT
-// test, the FIB lookup, the TTL / hop limit decrement and the redirect.
-// fib comes with the family, protocol, addresses (and IPv6 flow label).
+// test, then either the switch into a local pod's veth peer (to_peer, for
+// a frame one local pod addressed to another) or the FIB lookup, the TTL /
+// hop limit decrement and the redirect. fib comes with the family,
+// protocol, addresses (and IPv6 flow label).
 static __always_inline int route(struct __sk_buff *skb, struct bpf_sock_tuple *tup, __u32 tuplen,
-				 struct bpf_fib_lookup *fib)
+				 struct bpf_fib_lookup *fib, __u32 to_peer)
 {
 	if (translated(skb, tup, tuplen, fib->l4_protocol))
 		return count(STAT_NAT, NEXT);
+	if (to_peer) {
+		// Switched, not routed: MACs and TTL stay as the bridge would
+		// leave them.
+		count(STAT_SWITCHED, 0);
+		return bpf_redirect_peer(to_peer, 0);
+	}
 	// tot_len stays 0: the helper then checks the egress MTU against the
 	// skb itself, which knows about GSO (a header's length would be the
 	// whole segmented super-packet's).
@@ -254,7 +266,7 @@ static __always_inline int route(struct __sk_buff *skb, struct bpf_sock_tuple *t
 	return redirect(skb, fib, rc);
 }
 
-static __always_inline int forward4(struct __sk_buff *skb, __u32 want_src, __u32 want_dst)
+static __always_inline int forward4(struct __sk_buff *skb, __u32 want_src, __u32 want_dst, __u32 to_peer)
 {
 	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
 	struct iphdr *ip = data + sizeof(struct ethhdr);
@@ -271,10 +283,10 @@ static __always_inline int forward4(struct __sk_buff *skb, __u32 want_src, __u32
 		return count(STAT_NOT_FAST, NEXT);
 	struct bpf_sock_tuple tup = {.ipv4 = {.saddr = src, .daddr = dst, .sport = p->src, .dport = p->dst}};
 	struct bpf_fib_lookup fib = {.family = AF_INET, .l4_protocol = ip->protocol, .ipv4_src = src, .ipv4_dst = dst};
-	return route(skb, &tup, sizeof(tup.ipv4), &fib);
+	return route(skb, &tup, sizeof(tup.ipv4), &fib, to_peer);
 }
 
-static __always_inline int forward6(struct __sk_buff *skb, __u32 want_src, __u32 want_dst)
+static __always_inline int forward6(struct __sk_buff *skb, __u32 want_src, __u32 want_dst, __u32 to_peer)
 {
 	void *data = (void *)(long)skb->data, *end = (void *)(long)skb->data_end;
 	struct ipv6hdr *ip = data + sizeof(struct ethhdr);
@@ -301,15 +313,17 @@ static __always_inline int forward6(struct __sk_buff *skb, __u32 want_src, __u32
 	};
 	__builtin_memcpy(fib.ipv6_src, src, sizeof(src));
 	__builtin_memcpy(fib.ipv6_dst, dst, sizeof(dst));
-	return route(skb, &tup, sizeof(tup.ipv6), &fib);
+	return route(skb, &tup, sizeof(tup.ipv6), &fib, to_peer);
 }
 
-static __always_inline int forward(struct __sk_buff *skb, __u32 want_src, __u32 want_dst)
+// forward takes a packet between the classes of addresses named: routed
+// by the FIB, or (to_peer set) switched into that veth's peer.
+static __always_inline int forward(struct __sk_buff *skb, __u32 want_src, __u32 want_dst, __u32 to_peer)
 {
 	if (skb->protocol == bpf_htons(ETH_P_IP))
-		return forward4(skb, want_src, want_dst);
+		return forward4(skb, want_src, want_dst, to_peer);
 	if (skb->protocol == bpf_htons(ETH_P_IPV6))
-		return forward6(skb, want_src, want_dst);
+		return forward6(skb, want_src, want_dst, to_peer);
 	return NEXT;
 }
 
@@ -334,13 +348,23 @@ int from_pods(struct __sk_buff *skb)
 			bpf_map_update_elem(&fdb, &k, &ifindex, BPF_ANY);
 		}
 	}
-	// Routed frames are addressed to the bridge (the pods' gateway);
-	// the rest is the bridge's business.
+	// Routed frames are addressed to the bridge (the pods' gateway).
 	__u32 zero = 0;
 	struct bridge *br = bpf_map_lookup_elem(&bridge_state, &zero);
-	if (!br || !same_mac(eth->h_dest, br->mac))
+	if (!br)
 		return NEXT;
-	return forward(skb, NET_LOCAL_PODS, NET_REMOTE_PODS);
+	if (same_mac(eth->h_dest, br->mac))
+		return forward(skb, NET_LOCAL_PODS, NET_REMOTE_PODS, 0);
+	// A frame to another local pod whose veth is known is switched here;
+	// broadcasts, multicasts and unknown MACs are the bridge's business.
+	if (eth->h_dest[0] & 1)
+		return NEXT;
+	struct mac_key k = {};
+	__builtin_memcpy(k.mac, eth->h_dest, ETH_ALEN);
+	__u32 *peer = bpf_map_lookup_elem(&fdb, &k);
+	if (!peer || *peer == skb->ifindex)
+		return NEXT;
+	return forward(skb, NET_LOCAL_PODS, NET_LOCAL_PODS, *peer);
 }
 
 SEC("tc")
@@ -349,5 +373,5 @@ int to_pods(struct __sk_buff *skb)
 	// Only frames addressed to this interface are routed.
 	if (skb->pkt_type != 0 /* PACKET_HOST */)
 		return NEXT;
-	return forward(skb, NET_REMOTE_PODS, NET_LOCAL_PODS);
+	return forward(skb, NET_REMOTE_PODS, NET_LOCAL_PODS, 0);
 }
