@@ -176,9 +176,18 @@ func (k *kcluster) measure(ctx context.Context, o options, plane string, scen []
 				}
 				return nil
 			}
+			// What nodenet's host routing programs did with the runs'
+			// packets, on the client's and the server's nodes.
+			if k.hostRouting == "ebpf" && strings.HasPrefix(plane, nodenetName+" ") && len(s.nodes) > 0 {
+				inner := runs
+				runs = func() (err error) {
+					r.HostRouting, err = watchCounters(ctx, s.nodes, hostRoutingOutcomes, hostRoutingCounts, inner)
+					return err
+				}
+			}
 			var err error
 			if t.name == "TCP_CRR" && len(s.nodes) > 0 {
-				r.Conntrack, err = k.crrDiagnostics(ctx, s.nodes, runs)
+				r.Conntrack, err = watchCounters(ctx, s.nodes, conntrackCounters, conntrackStats, runs)
 			} else {
 				err = runs()
 			}
@@ -187,6 +196,9 @@ func (k *kcluster) measure(ctx context.Context, o options, plane string, scen []
 			}
 			if len(r.Conntrack) > 0 {
 				k.p.note("%-28s %-22s %-10s conntrack: %s", plane, s.name, t.name, strings.Join(r.Conntrack, "; "))
+			}
+			if len(r.HostRouting) > 0 {
+				k.p.note("%-28s %-22s %-10s host routing: %s", plane, s.name, t.name, strings.Join(r.HostRouting, "; "))
 			}
 			k.p.note("%-28s %-22s %-10s median %s %s (runs %v)", plane, s.name, t.name, strconv.FormatFloat(report.Median(r.Values), 'f', 1, 64), t.unit, r.Values)
 			if len(r.Paired) > 0 {

@@ -56,11 +56,18 @@ func conntrackStats(ctx context.Context, node string) (map[string]int, error) {
 	return parseConntrackStats(out)
 }
 
-// conntrackGrowth is after−before for each counter that grew, as
-// "node: invalid +12, drop +3" (empty when nothing grew).
+// conntrackGrowth is what grew of conntrackCounters between two readings
+// of a node's statistics: "node: invalid +12, drop +3" (empty when
+// nothing grew).
 func conntrackGrowth(node string, before, after map[string]int) string {
+	return growth(node, conntrackCounters, before, after)
+}
+
+// growth lists the counters (in their order) that grew between two
+// readings of a node's counters: "node: a +12, b +3" (empty when none did).
+func growth(node string, counters []string, before, after map[string]int) string {
 	var parts []string
-	for _, c := range conntrackCounters {
+	for _, c := range counters {
 		if d := after[c] - before[c]; d > 0 {
 			parts = append(parts, fmt.Sprintf("%s +%d", c, d))
 		}
@@ -71,13 +78,14 @@ func conntrackGrowth(node string, before, after map[string]int) string {
 	return node + ": " + strings.Join(parts, ", ")
 }
 
-// crrDiagnostics runs measure's TCP_CRR runs of one scenario between two
-// readings of the client's and the server's node conntrack statistics and
-// returns what grew, one entry per node ("" entries dropped).
-func (k *kcluster) crrDiagnostics(ctx context.Context, nodes []string, run func() error) ([]string, error) {
+// watchCounters runs run between two readings of each node's counters
+// (read) and returns what grew of the counters named, one entry per node
+// in name order ("" entries dropped).
+func watchCounters(ctx context.Context, nodes []string, counters []string,
+	read func(ctx context.Context, node string) (map[string]int, error), run func() error) ([]string, error) {
 	before := map[string]map[string]int{}
 	for _, n := range nodes {
-		s, err := conntrackStats(ctx, n)
+		s, err := read(ctx, n)
 		if err != nil {
 			return nil, err
 		}
@@ -90,11 +98,11 @@ func (k *kcluster) crrDiagnostics(ctx context.Context, nodes []string, run func(
 	sorted := append([]string(nil), nodes...)
 	sort.Strings(sorted)
 	for _, n := range sorted {
-		after, err := conntrackStats(ctx, n)
+		after, err := read(ctx, n)
 		if err != nil {
 			return nil, err
 		}
-		if g := conntrackGrowth(n, before[n], after); g != "" {
+		if g := growth(n, counters, before[n], after); g != "" {
 			grew = append(grew, g)
 		}
 	}

@@ -2,7 +2,9 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -480,5 +482,62 @@ func TestFillerObjects(t *testing.T) {
 	}
 	if ep := slice.Endpoints; len(ep) != 1 || ep[0].Addresses[0] != "10.244.1.5" || !*ep[0].Conditions.Ready {
 		t.Errorf("endpoints: %+v", ep)
+	}
+}
+
+// flanneld's /metrics page as promhttp writes it: the outcomes are read,
+// and a page without them (host routing off) is an error, not zeros.
+func TestHostRoutingMetrics(t *testing.T) {
+	page := `# HELP nodenet_host_routing_packets_total Packets seen by the eBPF host routing programs, by outcome.
+# TYPE nodenet_host_routing_packets_total counter
+nodenet_host_routing_packets_total{outcome="delivered"} 1.2345e+06
+nodenet_host_routing_packets_total{outcome="forwarded"} 17
+nodenet_host_routing_packets_total{outcome="nat"} 0
+nodenet_host_routing_packets_total{outcome="not_pods"} 99
+# HELP go_goroutines Number of goroutines that currently exist.
+go_goroutines 12
+`
+	c, err := parseHostRoutingMetrics("HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\n" + page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c["delivered"] != 1234500 || c["forwarded"] != 17 || c["not_pods"] != 99 || len(c) != 4 {
+		t.Errorf("counts %v", c)
+	}
+	if _, err := parseHostRoutingMetrics("# HELP go_goroutines x\ngo_goroutines 12\n"); err == nil {
+		t.Error("a page without host routing samples accepted")
+	}
+}
+
+// watchCounters reads every node before and after the run and reports,
+// per node in name order, the named counters that grew.
+func TestWatchCounters(t *testing.T) {
+	reads := map[string]int{}
+	read := func(_ context.Context, node string) (map[string]int, error) {
+		reads[node]++
+		if reads[node] == 1 {
+			return map[string]int{"forwarded": 10, "not_pods": 5}, nil
+		}
+		if node == "b" {
+			return map[string]int{"forwarded": 10, "not_pods": 50}, nil
+		}
+		return map[string]int{"forwarded": 30, "nat": 2, "not_pods": 50}, nil
+	}
+	ran := false
+	got, err := watchCounters(context.Background(), []string{"b", "a"}, hostRoutingOutcomes, read, func() error {
+		ran = true
+		if reads["a"] != 1 || reads["b"] != 1 {
+			t.Errorf("the run started before every node was read: %v", reads)
+		}
+		return nil
+	})
+	if err != nil || !ran {
+		t.Fatalf("err %v, ran %v", err, ran)
+	}
+	if strings.Join(got, "; ") != "a: forwarded +20, nat +2" {
+		t.Errorf("growth %q (not_pods is not reported; b grew in nothing reported)", got)
+	}
+	if _, err := watchCounters(context.Background(), []string{"a"}, nil, read, func() error { return errors.New("boom") }); err == nil {
+		t.Error("a failed run's error was dropped")
 	}
 }

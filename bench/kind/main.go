@@ -66,7 +66,7 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.cacheRoot, "cache", root, "where built artifacts are kept")
 	backends := fs.String("backend", "host-gw", "flanneld backend: host-gw or vxlan (bench: a comma-separated list, a fresh cluster each)")
 	modes := fs.String("proxy-modes", "iptables,nftables,ipvs,ebpf", "nodenet proxy modes to check (up) or measure (bench), in order; a mode the nodes cannot run (ipvs without IPVS in the host's kernel; ebpf without a cgroup v2 cgroup of the node's own or a bpf file system) is skipped with the reason")
-	fs.StringVar(&o.dataplane, "dataplane", "nodenet", "up: nodenet, or upstream (flannel "+upstream.FlanneldVersion+" + kube-proxy "+kubernetesVersion+"; -proxy-modes are then kube-proxy's)")
+	fs.StringVar(&o.dataplane, "dataplane", nodenetName, "up: nodenet, or upstream (flannel "+upstream.FlanneldVersion+" + kube-proxy "+kubernetesVersion+"; -proxy-modes are then kube-proxy's)")
 	upModes := fs.String("upstream-modes", "iptables,nftables", "bench: kube-proxy modes of the upstream data plane measured beside nodenet, or none")
 	fs.StringVar(&o.data, "data", "bench/results/kind-netperf.json", "results file")
 	fs.StringVar(&o.out, "out", "bench/results", "report directory")
@@ -96,7 +96,7 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 		return o, errors.New("-backend: one backend, except for bench")
 	}
 	switch o.dataplane {
-	case "nodenet", upstreamName:
+	case nodenetName, upstreamName:
 	default:
 		return o, fmt.Errorf("-dataplane %q: nodenet or upstream", o.dataplane)
 	}

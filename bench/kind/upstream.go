@@ -31,6 +31,7 @@ const (
 	flannelImageRef = "nodenet/kind-flannel:" + upstream.FlanneldVersion
 	kubeProxyRef    = "registry.k8s.io/kube-proxy:" + kubernetesVersion
 	upstreamName    = "upstream" // data plane name prefix in results
+	nodenetName     = "nodenet"  // the same, for nodenet's planes
 )
 
 // Paths in the flannel image: where upstream's images keep flanneld

@@ -25,6 +25,12 @@ type Result struct {
 	// and server's nodes over the runs ("nodenet-worker: invalid +12"),
 	// recorded for TCP_CRR.
 	Conntrack []string `json:"conntrack,omitempty"`
+	// HostRouting is what nodenet's host routing programs did with the
+	// packets of the runs on the client's and server's nodes: the growth
+	// of nodenet_host_routing_packets_total by outcome
+	// ("nodenet-worker: forwarded +41230, nat +12"), for nodenet planes
+	// with --host-routing=ebpf.
+	HostRouting []string `json:"hostRouting,omitempty"`
 	// Paired are node-to-node runs of the same test, each taken right
 	// after the run of Values with the same index (pod → pod across
 	// nodes): PairedRatio compares them run by run.
@@ -233,23 +239,43 @@ func Markdown(d Data, chartFiles map[string]string) string {
 		}
 	}
 	b.WriteString(conntrackSection(d))
+	b.WriteString(hostRoutingSection(d))
 	return b.String()
+}
+
+// hostRoutingSection lists, for nodenet's planes with eBPF host routing,
+// what the programs did with each scenario's packets: a pod-to-pod figure
+// below the node-to-node one with packets going to the stack (nat,
+// not_fast, no_route) beside it is explained by those, one without them is
+// the data path's own cost.
+func hostRoutingSection(d Data) string {
+	return resultList(d, "What host routing did with the packets (growth of `nodenet_host_routing_packets_total` by outcome on the client's and server's nodes)",
+		"forwarded: routed past the node's stack out of an interface; delivered: from another node straight into a pod; switched: between two pods of one node, past the bridge; "+
+			"nat, not_fast, no_route: left to the stack (a translated flow; ICMP, fragments, expiring TTL; the FIB declined).\n\n",
+		func(r Result) []string { return r.HostRouting })
 }
 
 // conntrackSection lists the TCP_CRR results whose nodes' conntrack
 // statistics grew: a collapse of connections/s with invalid or dropped
 // packets beside it is the tracking's doing, not the forwarding's.
 func conntrackSection(d Data) string {
+	return resultList(d, "Conntrack statistics that grew during TCP_CRR (`conntrack -S` on the client's and server's nodes)", "",
+		func(r Result) []string { return r.Conntrack })
+}
+
+// resultList is a section listing, per result that has any, the per-node
+// records field picks out of it; "" when no result has one.
+func resultList(d Data, heading, intro string, field func(Result) []string) string {
 	var b strings.Builder
 	for _, r := range d.Results {
-		if len(r.Conntrack) > 0 {
-			fmt.Fprintf(&b, "- %s, %s, %s: %s\n", r.Dataplane, r.Scenario, r.Test, strings.Join(r.Conntrack, "; "))
+		if recs := field(r); len(recs) > 0 {
+			fmt.Fprintf(&b, "- %s, %s, %s: %s\n", r.Dataplane, r.Scenario, r.Test, strings.Join(recs, "; "))
 		}
 	}
 	if b.Len() == 0 {
 		return ""
 	}
-	return "\n## Conntrack statistics that grew during TCP_CRR (`conntrack -S` on the client's and server's nodes)\n\n" + b.String()
+	return "\n## " + heading + "\n\n" + intro + b.String()
 }
 
 func number(v float64) string {

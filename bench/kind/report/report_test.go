@@ -109,6 +109,23 @@ func TestHostRoutingStated(t *testing.T) {
 	}
 }
 
+// TestHostRoutingOutcomesListed: what the programs did with a result's
+// packets is in the report, under the result's name; without any such
+// record there is no section.
+func TestHostRoutingOutcomesListed(t *testing.T) {
+	d := Data{Results: []Result{{Dataplane: "nodenet host-gw iptables", Scenario: "pod-pod across nodes", Test: "UDP_RR", Unit: "trans/s",
+		Values: []float64{1}, HostRouting: []string{"nodenet-worker: forwarded +40, nat +2", "nodenet-worker2: delivered +40"}}}}
+	md := Markdown(d, nil)
+	want := "- nodenet host-gw iptables, pod-pod across nodes, UDP_RR: nodenet-worker: forwarded +40, nat +2; nodenet-worker2: delivered +40\n"
+	if !strings.Contains(md, "## What host routing did with the packets") || !strings.Contains(md, want) {
+		t.Errorf("report lacks the host routing outcomes (%q):\n%s", want, md)
+	}
+	d.Results[0].HostRouting = nil
+	if md := Markdown(d, nil); strings.Contains(md, "What host routing did") {
+		t.Error("a host routing section without records")
+	}
+}
+
 // TestPodPodTargetJudgedOnPairs: with node-to-node runs taken beside each
 // pod → pod run, the host-gw target is judged on the run-by-run ratio, not
 // on a baseline measured minutes apart.
