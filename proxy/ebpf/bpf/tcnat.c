@@ -106,24 +106,15 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } client_affinity SEC(".maps");
 
-// The conntrack kfuncs (net/netfilter/nf_conntrack_bpf.c, nf_nat_bpf.c).
-// The entries are opaque here; the loader wants the structs defined (a
-// forward declaration does not match the kernel's struct).
-struct nf_conn {
-	int opaque;
-};
+// The conntrack kfuncs (net/netfilter/nf_conntrack_bpf.c, nf_nat_bpf.c):
+// lookup and release from the shared header, the ones only this program
+// calls (allocating, inserting, NAT set-up, timeouts) below.
+#include "../../../internal/bpfinc/conntrack.h"
+
+// A new entry before bpf_ct_insert_entry; opaque, defined for the loader
+// as struct nf_conn is.
 struct nf_conn___init {
 	int opaque;
-};
-
-struct bpf_ct_opts {
-	__s32 netns_id;
-	__s32 error;
-	__u8 l4proto;
-	__u8 dir;
-	__u16 ct_zone_id;
-	__u8 ct_zone_dir;
-	__u8 reserved[3];
 };
 
 union nf_inet_addr {
@@ -134,14 +125,9 @@ union nf_inet_addr {
 
 enum nf_nat_manip_type { NF_NAT_MANIP_SRC, NF_NAT_MANIP_DST };
 
-#define BPF_F_CURRENT_NETNS (-1)
-
-extern struct nf_conn *bpf_skb_ct_lookup(struct __sk_buff *, struct bpf_sock_tuple *, __u32, struct bpf_ct_opts *,
-					 __u32) __ksym;
 extern struct nf_conn___init *bpf_skb_ct_alloc(struct __sk_buff *, struct bpf_sock_tuple *, __u32,
 					       struct bpf_ct_opts *, __u32) __ksym;
 extern struct nf_conn *bpf_ct_insert_entry(struct nf_conn___init *) __ksym;
-extern void bpf_ct_release(struct nf_conn *) __ksym;
 extern int bpf_ct_set_nat_info(struct nf_conn___init *, union nf_inet_addr *, int port,
 			       enum nf_nat_manip_type) __ksym;
 extern int bpf_ct_change_timeout(struct nf_conn *, __u32) __ksym;

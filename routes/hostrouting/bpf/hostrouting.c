@@ -133,26 +133,8 @@ static __always_inline __u32 classify(__u32 family, const __u32 *addr)
 	return class ? *class : 0;
 }
 
-// The conntrack kfuncs (net/netfilter/nf_conntrack_bpf.c).
-struct nf_conn {
-	int opaque;
-};
-
-struct bpf_ct_opts {
-	__s32 netns_id;
-	__s32 error;
-	__u8 l4proto;
-	__u8 dir;
-	__u16 ct_zone_id;
-	__u8 ct_zone_dir;
-	__u8 reserved[3];
-};
-
-#define BPF_F_CURRENT_NETNS (-1)
-
-extern struct nf_conn *bpf_skb_ct_lookup(struct __sk_buff *, struct bpf_sock_tuple *, __u32, struct bpf_ct_opts *,
-					 __u32) __ksym;
-extern void bpf_ct_release(struct nf_conn *) __ksym;
+// The conntrack kfuncs: bpf_skb_ct_lookup, bpf_ct_release.
+#include "../../../internal/bpfinc/conntrack.h"
 
 // The entry's status bits, at the running kernel's offset (CO-RE: the
 // ___hr suffix is dropped when matching the kernel's BTF).
