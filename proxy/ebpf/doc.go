@@ -201,7 +201,13 @@
 //	  client_affinity, LRU) and create the conntrack entry with its NAT
 //	  set up: bpf_skb_ct_alloc, bpf_ct_set_nat_info(DST → backend) and,
 //	  unless externalTrafficPolicy is Local (flagKeepSource), (SRC → the
-//	  node's address on that interface, snat_addrs), bpf_ct_insert_entry.
+//	  node's address toward the backend: bpf_fib_lookup with
+//	  BPF_FIB_LOOKUP_SRC, the route's preferred source, as MASQUERADE
+//	  picks it; the ingress interface's address, snat_addrs, where the FIB
+//	  has none), bpf_ct_insert_entry. Not the ingress interface's address
+//	  first: on vxlan the backend's node would get the request on
+//	  flannel.1 from the node's eth0 address, route the reply to it over
+//	  eth0, and strict rp_filter drops the request (found on kind).
 //
 // A reused source port: a TCP SYN (no ACK) whose tuple is the original
 // direction of an entry in TIME_WAIT or CLOSE (a client that aborted or

@@ -164,9 +164,12 @@ func nodePortToRemoteBackendIsSNATed(t *testing.T, k *tcEnv) {
 	svc := k.CreateService(t, nodePortService("np-remote", v1.ProtocolTCP, proxytest.TCPPort))
 	k.SetEndpoints(t, svc, proxytest.TCPPort, proxytest.Pod2)
 	addr := nodePortOf(proxytest.NodeIP, svc)
-	// The backend sees the node's address: its reply comes back through
-	// the node, which translates it back.
-	proxytest.Eventually(t, wait, "NodePort "+addr, func() error { return k.answeredBy(addr, "pod2", proxytest.NodeIP) })
+	// The backend sees the node's address toward it (p2's, the route's
+	// preferred source, as MASQUERADE picks it), not the address the
+	// request came in to: its reply comes back through the node the way
+	// the request left, which on an overlay (flannel.1) is what the
+	// backend's node's strict reverse-path filter accepts.
+	proxytest.Eventually(t, wait, "NodePort "+addr, func() error { return k.answeredBy(addr, "pod2", proxytest.Pod2GatewayIP) })
 }
 
 func nodePortETPLocalKeepsTheClient(t *testing.T, k *tcEnv) {
@@ -195,7 +198,7 @@ func externalIPAndLoadBalancerIP(t *testing.T, k *tcEnv) {
 	k.SetEndpoints(t, svc, proxytest.TCPPort, proxytest.Pod2)
 	for _, host := range []string{externalIP, proxytest.LBIP} {
 		addr := net.JoinHostPort(host, fmt.Sprint(proxytest.TCPPort))
-		proxytest.Eventually(t, wait, "entry point "+addr, func() error { return k.answeredBy(addr, "pod2", proxytest.NodeIP) })
+		proxytest.Eventually(t, wait, "entry point "+addr, func() error { return k.answeredBy(addr, "pod2", proxytest.Pod2GatewayIP) })
 	}
 }
 
@@ -219,7 +222,7 @@ func udpNodePort(t *testing.T, k *tcEnv) {
 	k.SetEndpoints(t, svc, proxytest.UDPPort, proxytest.Pod2)
 	addr := nodePortOf(proxytest.NodeIP, svc)
 	proxytest.Eventually(t, wait, "UDP NodePort "+addr, func() error {
-		return udpAnsweredBy(func() (net.Conn, error) { return proxytest.DialUDP(k.Client, addr) }, "pod2", proxytest.NodeIP)
+		return udpAnsweredBy(func() (net.Conn, error) { return proxytest.DialUDP(k.Client, addr) }, "pod2", proxytest.Pod2GatewayIP)
 	})
 }
 
@@ -342,7 +345,7 @@ func loadBalancerSourceRanges(t *testing.T, k *tcEnv) {
 	svc := k.setLBIngress(t, k.CreateService(t, spec))
 	k.SetEndpoints(t, svc, proxytest.TCPPort, proxytest.Pod2)
 	addr := net.JoinHostPort(proxytest.LBIP, fmt.Sprint(proxytest.TCPPort+1))
-	proxytest.Eventually(t, wait, "allowed source reaches "+addr, func() error { return k.answeredBy(addr, "pod2", proxytest.NodeIP) })
+	proxytest.Eventually(t, wait, "allowed source reaches "+addr, func() error { return k.answeredBy(addr, "pod2", proxytest.Pod2GatewayIP) })
 
 	svc, err := k.Kube.CoreV1().Services("default").Get(t.Context(), svc.Name, metav1.GetOptions{})
 	if err != nil {
@@ -370,10 +373,10 @@ func endpointChangeMovesNewConnections(t *testing.T, k *tcEnv) {
 	svc := k.CreateService(t, nodePortService("np-move", v1.ProtocolTCP, proxytest.TCPPort))
 	k.SetEndpoints(t, svc, proxytest.TCPPort, proxytest.Pod1)
 	addr := nodePortOf(proxytest.NodeIP, svc)
-	proxytest.Eventually(t, wait, "first endpoint", func() error { return k.answeredBy(addr, "pod1", proxytest.NodeIP) })
+	proxytest.Eventually(t, wait, "first endpoint", func() error { return k.answeredBy(addr, "pod1", proxytest.Pod1GatewayIP) })
 	conn := k.connect(t, addr)
 	k.SetEndpoints(t, svc, proxytest.TCPPort, proxytest.Pod2)
-	proxytest.Eventually(t, wait, "new endpoint", func() error { return k.answeredBy(addr, "pod2", proxytest.NodeIP) })
+	proxytest.Eventually(t, wait, "new endpoint", func() error { return k.answeredBy(addr, "pod2", proxytest.Pod2GatewayIP) })
 	echo(t, conn)
 }
 
@@ -405,7 +408,7 @@ func ipv6NodePort(t *testing.T, k *tcEnv) {
 	svc := k.CreateService(t, spec)
 	k.SetEndpoints(t, svc, proxytest.TCPPort, proxytest.Pod2v6)
 	addr := nodePortOf(proxytest.NodeIP6, svc)
-	proxytest.Eventually(t, wait, "IPv6 NodePort "+addr, func() error { return k.answeredBy(addr, "pod2", proxytest.NodeIP6) })
+	proxytest.Eventually(t, wait, "IPv6 NodePort "+addr, func() error { return k.answeredBy(addr, "pod2", proxytest.Pod2GatewayIP6) })
 }
 
 // tcRestartKeepsEstablished: a new proxy process (new DataPlane on the same

@@ -86,7 +86,7 @@ func TestTCIPv6ExtensionHeaders(t *testing.T) {
 			c.Close()
 			return fmt.Errorf("greeting: %w", err)
 		}
-		if f := strings.Fields(line); len(f) != 2 || f[0] != "pod2" || !strings.HasPrefix(f[1], "["+proxytest.NodeIP6+"]:") {
+		if f := strings.Fields(line); len(f) != 2 || f[0] != "pod2" || !strings.HasPrefix(f[1], "["+proxytest.Pod2GatewayIP6+"]:") {
 			c.Close()
 			return fmt.Errorf("greeting %q, want pod2 seeing the node", line)
 		}
@@ -108,7 +108,7 @@ func TestTCIPv6ExtensionHeaders(t *testing.T) {
 	}
 
 	proxytest.Eventually(t, wait, "UDP NodePort with a destination-options header", func() error {
-		return udpAnsweredBy(func() (net.Conn, error) { return dialDstOpts(k.Client, "udp", addr) }, "pod2", proxytest.NodeIP6)
+		return udpAnsweredBy(func() (net.Conn, error) { return dialDstOpts(k.Client, "udp", addr) }, "pod2", proxytest.Pod2GatewayIP6)
 	})
 
 	start := time.Now()

@@ -97,11 +97,11 @@ func TestWildcardNodePortTC(t *testing.T) {
 
 	for _, host := range []string{proxytest.NodeIP, secondNICAddr} {
 		proxytest.Eventually(t, wait, "NodePort on "+host, func() error {
-			return k.answeredBy(wildAddr(host), "pod2", proxytest.NodeIP)
+			return k.answeredBy(wildAddr(host), "pod2", proxytest.Pod2GatewayIP)
 		})
 	}
 	proxytest.Eventually(t, wait, "NodePort on "+secondNICAddr6, func() error {
-		return k.answeredBy(wildAddr(secondNICAddr6), "pod2", proxytest.NodeIP6)
+		return k.answeredBy(wildAddr(secondNICAddr6), "pod2", proxytest.Pod2GatewayIP6)
 	})
 	// The loopback is not a NodePort address (as in the nftables mode).
 	if ok, err := localAddrsHold(dp4.PinDir(), proxy.IPv4, "127.0.0.1"); ok || err != nil {
@@ -111,7 +111,7 @@ func TestWildcardNodePortTC(t *testing.T) {
 	k.Node.MustExec(t, "ip", "addr", "add", addedLaterAddr+"/32", "dev", "n1")
 	start := time.Now()
 	proxytest.Eventually(t, time.Second, "NodePort on the address added after the sync", func() error {
-		return k.answeredBy(wildAddr(addedLaterAddr), "pod2", proxytest.NodeIP)
+		return k.answeredBy(wildAddr(addedLaterAddr), "pod2", proxytest.Pod2GatewayIP)
 	})
 	t.Logf("address added → NodePort served after %v, no sync", time.Since(start))
 
@@ -131,7 +131,7 @@ func TestWildcardNodePortTC(t *testing.T) {
 	if table, err := dp4.Dump(); err != nil || strings.Contains(table, "*:") {
 		t.Errorf("restricted NodePorts still have a wildcard entry: %v\n%s", err, table)
 	}
-	if err := k.answeredBy(wildAddr(proxytest.NodeIP), "pod2", proxytest.NodeIP); err != nil {
+	if err := k.answeredBy(wildAddr(proxytest.NodeIP), "pod2", proxytest.Pod2GatewayIP); err != nil {
 		t.Errorf("NodePort on the listed address: %v", err)
 	}
 	if err := notServed(k.Client, wildAddr(secondNICAddr)); err != nil {

@@ -27,14 +27,18 @@ import (
 
 // IPv4 addresses of the topology (the IPv6 ones are in stack.go).
 const (
-	NodeName   = "node-a"
-	NodeIP     = "192.168.50.1"
-	ClientIP   = "192.168.50.2"
-	Pod1IP     = "10.244.1.2" // on this node
-	Pod2IP     = "10.244.2.2" // reported as on another node
-	ClusterCID = "10.244.0.0/16"
-	TCPPort    = 8080
-	UDPPort    = 5353
+	NodeName = "node-a"
+	NodeIP   = "192.168.50.1"
+	ClientIP = "192.168.50.2"
+	Pod1IP   = "10.244.1.2" // on this node
+	Pod2IP   = "10.244.2.2" // reported as on another node
+	// The node's addresses on the links to the pods: the source a
+	// masquerading proxy gives a flow it forwards to that pod.
+	Pod1GatewayIP = "10.244.1.1"
+	Pod2GatewayIP = "10.244.2.1"
+	ClusterCID    = "10.244.0.0/16"
+	TCPPort       = 8080
+	UDPPort       = 5353
 	// CloseFirstPort's server sends its greeting and closes: it, not the
 	// client, keeps every finished connection in TIME_WAIT, as netperf's
 	// TCP_CRR server and most request/response servers do.
@@ -120,8 +124,8 @@ func (e *Env) wire(t *testing.T) {
 		ns.MustExec(t, "sysctl", "-qw", "net.ipv6.conf.all.accept_dad=0", "net.ipv6.conf.default.accept_dad=0")
 	}
 	for _, s := range []segment{
-		{"p1", e.Pod1, "10.244.1.1", Pod1IP, "fd00:10:244:1::1", Pod1IP6},
-		{"p2", e.Pod2, "10.244.2.1", Pod2IP, "fd00:10:244:2::1", Pod2IP6},
+		{"p1", e.Pod1, Pod1GatewayIP, Pod1IP, Pod1GatewayIP6, Pod1IP6},
+		{"p2", e.Pod2, Pod2GatewayIP, Pod2IP, Pod2GatewayIP6, Pod2IP6},
 		{"c0", e.Client, NodeIP, ClientIP, NodeIP6, ClientIP6},
 	} {
 		nettest.Link(t, e.Node, s.nodeIf, s.node4+"/24", s.peer, "eth0", s.peer4+"/24")

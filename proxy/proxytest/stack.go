@@ -14,12 +14,14 @@ import (
 // IPv6 addresses of the topology, mirroring the IPv4 ones (ULA, so nothing
 // here can collide with a routable address).
 const (
-	NodeIP6     = "fd00:50::1"
-	ClientIP6   = "fd00:50::2"
-	Pod1IP6     = "fd00:10:244:1::2" // on this node
-	Pod2IP6     = "fd00:10:244:2::2" // reported as on another node
-	ClusterCID6 = "fd00:10:244::/48"
-	LBIP6       = "fd00:60::10"
+	NodeIP6        = "fd00:50::1"
+	ClientIP6      = "fd00:50::2"
+	Pod1IP6        = "fd00:10:244:1::2" // on this node
+	Pod2IP6        = "fd00:10:244:2::2" // reported as on another node
+	Pod1GatewayIP6 = "fd00:10:244:1::1"
+	Pod2GatewayIP6 = "fd00:10:244:2::1"
+	ClusterCID6    = "fd00:10:244::/48"
+	LBIP6          = "fd00:60::10"
 )
 
 // Service ClusterIP ranges the API server allocates from. IPv4 is listed

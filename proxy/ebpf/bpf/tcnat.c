@@ -393,6 +393,42 @@ static __always_inline int reopens(struct __sk_buff *skb, struct flow *f, struct
 	return state == TCP_CONNTRACK_TIME_WAIT || state == TCP_CONNTRACK_CLOSE;
 }
 
+// snat_source sets src to the node's address toward the backend: the
+// preferred source of the route the translated packet takes, which is the
+// address MASQUERADE picks (the egress interface's). Replies then return
+// the way the request left. The address of the interface the request came
+// in by would not do on an overlay: a backend behind flannel.1 would see
+// the request arrive on flannel.1 from the node's eth0 address, which its
+// node routes back over eth0, and strict reverse-path filtering drops it.
+// Non-zero when the FIB gives no such route (a backend on the node
+// itself, forwarding off); the caller then uses the interface's address.
+// Address families of bpf_fib_lookup (the socket headers are not BPF's).
+#define AF_INET 2
+#define AF_INET6 10
+
+static __always_inline int snat_source(struct __sk_buff *skb, const struct flow *f, const struct addrport *be,
+				       union nf_inet_addr *src)
+{
+	struct bpf_fib_lookup fib = {.l4_protocol = f->proto, .ifindex = skb->ingress_ifindex};
+	if (f->v6) {
+		fib.family = AF_INET6;
+		__builtin_memcpy(fib.ipv6_src, f->saddr, sizeof(fib.ipv6_src));
+		__builtin_memcpy(fib.ipv6_dst, be->addr, sizeof(fib.ipv6_dst));
+	} else {
+		fib.family = AF_INET;
+		fib.ipv4_src = f->saddr[0];
+		fib.ipv4_dst = be->addr[0];
+	}
+	if (bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_SRC | BPF_FIB_LOOKUP_SKIP_NEIGH) !=
+	    BPF_FIB_LKUP_RET_SUCCESS)
+		return -1;
+	if (f->v6)
+		__builtin_memcpy(src->ip6, fib.ipv6_src, sizeof(src->ip6));
+	else
+		src->ip = fib.ipv4_src;
+	return 0;
+}
+
 // nat sets up the conntrack entry of a new flow to an entry point; the
 // kernel's NAT does the rest.
 static __always_inline int nat(struct __sk_buff *skb, struct flow *f, struct bpf_sock_tuple *tup, __u32 tuplen)
@@ -436,10 +472,10 @@ static __always_inline int nat(struct __sk_buff *skb, struct flow *f, struct bpf
 	union nf_inet_addr dst = {}, src = {};
 	__builtin_memcpy(dst.all, be->addr, sizeof(dst.all));
 	int port = bpf_ntohs(be->port);
-	struct addrport *node = NULL;
-	if (!(svc->flags & SVC_KEEP_SOURCE)) {
+	int snat = !(svc->flags & SVC_KEEP_SOURCE);
+	if (snat && snat_source(skb, f, be, &src)) {
 		__u32 ifindex = skb->ingress_ifindex;
-		node = bpf_map_lookup_elem(&snat_addrs, &ifindex);
+		struct addrport *node = bpf_map_lookup_elem(&snat_addrs, &ifindex);
 		if (!node)
 			return TC_ACT_SHOT; // the Go side writes every attached interface's address
 		__builtin_memcpy(src.all, node->addr, sizeof(src.all));
@@ -449,7 +485,7 @@ static __always_inline int nat(struct __sk_buff *skb, struct flow *f, struct bpf
 	if (!nct)
 		return TC_ACT_SHOT;
 	int err = bpf_ct_set_nat_info(nct, &dst, port, NF_NAT_MANIP_DST);
-	if (!err && node)
+	if (!err && snat)
 		err = bpf_ct_set_nat_info(nct, &src, -1, NF_NAT_MANIP_SRC);
 	// An allocated entry can only be given up by inserting it.
 	ct = bpf_ct_insert_entry(nct);
