@@ -240,6 +240,10 @@ func (k *kcluster) bench(ctx context.Context, o options, repo string) error {
 			break
 		}
 	}
+	if err != nil && len(data.Results) > 0 {
+		// The report must say the run is partial, and where it stopped.
+		data.Notes = append(data.Notes, fmt.Sprintf("the run stopped: %v; the data planes after that point were not measured", err))
+	}
 	if len(data.Results) > 0 {
 		if earlier != nil {
 			data = report.Merge(*earlier, data)
