@@ -84,6 +84,11 @@ func TestTCInterfacesFollowTheNode(t *testing.T) {
 
 	k.Node.MustExec(t, "ip", "addr", "add", c1NodeAddr+"/24", "dev", "c1")
 	proxytest.Eventually(t, time.Second, "c1 attached once it holds a node address", attached(1))
+	// Its address is the SNAT source the program falls back to where the
+	// FIB has no route toward a backend.
+	if got, err := snatAddrOf(k.Node, dp.PinDir(), "c1"); err != nil || got != netip.MustParseAddr(c1NodeAddr) {
+		t.Errorf("snat_addrs for c1: %v, %v; want %s", got, err, c1NodeAddr)
+	}
 	// SNATed to the node's address toward pod2 (the route's preferred
 	// source, as MASQUERADE picks it), whichever interface it came in by.
 	proxytest.Eventually(t, wait, "NodePort through c1", func() error {
@@ -130,4 +135,29 @@ func TestTCInterfacesFollowTheNode(t *testing.T) {
 	if ok, err := dp.Intact(t.Context()); !ok || err != nil {
 		t.Errorf("intact %v, %v after the changes", ok, err)
 	}
+}
+
+// snatAddrOf reads the tc program's fallback SNAT address for ifName (an
+// interface of ns) from the pinned snat_addrs map.
+func snatAddrOf(ns *nettest.NS, pinDir, ifName string) (netip.Addr, error) {
+	var idx uint32
+	if err := ns.Do(func() error {
+		ifc, err := net.InterfaceByName(ifName)
+		if err == nil {
+			idx = uint32(ifc.Index)
+		}
+		return err
+	}); err != nil {
+		return netip.Addr{}, err
+	}
+	m, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, tcnatMapSnatAddrs), &ebpf.LoadPinOptions{ReadOnly: true})
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	defer m.Close()
+	var v addrPort
+	if err := m.Lookup(&idx, &v); err != nil {
+		return netip.Addr{}, err
+	}
+	return wordsAddr(v.Addr, proxy.IPv4), nil
 }

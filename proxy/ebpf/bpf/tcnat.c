@@ -393,6 +393,10 @@ static __always_inline int reopens(struct __sk_buff *skb, struct flow *f, struct
 	return state == TCP_CONNTRACK_TIME_WAIT || state == TCP_CONNTRACK_CLOSE;
 }
 
+// Address families of bpf_fib_lookup (the socket headers are not BPF's).
+#define AF_INET 2
+#define AF_INET6 10
+
 // snat_source sets src to the node's address toward the backend: the
 // preferred source of the route the translated packet takes, which is the
 // address MASQUERADE picks (the egress interface's). Replies then return
@@ -402,10 +406,6 @@ static __always_inline int reopens(struct __sk_buff *skb, struct flow *f, struct
 // node routes back over eth0, and strict reverse-path filtering drops it.
 // Non-zero when the FIB gives no such route (a backend on the node
 // itself, forwarding off); the caller then uses the interface's address.
-// Address families of bpf_fib_lookup (the socket headers are not BPF's).
-#define AF_INET 2
-#define AF_INET6 10
-
 static __always_inline int snat_source(struct __sk_buff *skb, const struct flow *f, const struct addrport *be,
 				       union nf_inet_addr *src)
 {
