@@ -3,12 +3,14 @@ package cluster_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os/exec"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,8 +35,12 @@ type serviceLoad struct {
 	msgsOK, estFailed atomic.Int64
 	mu                sync.Mutex
 	failures          []string
-	stop              context.CancelFunc
-	wg                sync.WaitGroup
+	// snapshots: what the node's tables and conntrack held at the first
+	// refused connection from it (a flake seen once in CI: which table
+	// answered, and whether the connection was translated at all).
+	snapshots map[string]string
+	stop      context.CancelFunc
+	wg        sync.WaitGroup
 }
 
 func (l *serviceLoad) fail(format string, args ...any) {
@@ -94,6 +100,9 @@ func startServiceLoad(t *testing.T, netnses []string, addr string, perNodeRate, 
 				if err != nil {
 					l.newFailed.Add(1)
 					l.fail("%s new connection: %v", ns, err)
+					if errors.Is(err, syscall.ECONNREFUSED) {
+						l.snapshot(ns, addr)
+					}
 				} else {
 					l.newOK.Add(1)
 				}
@@ -139,6 +148,37 @@ func startServiceLoad(t *testing.T, netnses []string, addr string, perNodeRate, 
 	return l
 }
 
+// snapshot records, once per namespace, the conntrack entries toward
+// addr's IP and both proxy modes' tables (iptables nat and filter, the
+// nftables proxy table).
+func (l *serviceLoad) snapshot(netns, addr string) {
+	l.mu.Lock()
+	_, done := l.snapshots[netns]
+	if l.snapshots == nil {
+		l.snapshots = map[string]string{}
+	}
+	l.snapshots[netns] = ""
+	l.mu.Unlock()
+	if done {
+		return
+	}
+	host, _, _ := net.SplitHostPort(addr)
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "at %s\n", time.Now().Format("15:04:05.000"))
+	for _, args := range [][]string{
+		{"conntrack", "-L", "-p", "tcp", "--orig-dst", host},
+		{"iptables-save", "-t", "nat"},
+		{"iptables-save", "-t", "filter"},
+		{"nft", "list", "ruleset"},
+	} {
+		out, err := exec.Command("ip", append([]string{"netns", "exec", netns}, args...)...).CombinedOutput()
+		fmt.Fprintf(&sb, "$ %s (%v)\n%s\n", strings.Join(args, " "), err, out)
+	}
+	l.mu.Lock()
+	l.snapshots[netns] = sb.String()
+	l.mu.Unlock()
+}
+
 func (l *serviceLoad) finish(t *testing.T, what string) {
 	l.stop()
 	l.wg.Wait()
@@ -146,6 +186,9 @@ func (l *serviceLoad) finish(t *testing.T, what string) {
 		what, l.newOK.Load(), l.newFailed.Load(), l.msgsOK.Load(), l.estFailed.Load())
 	for _, f := range l.failures {
 		t.Logf("  failure: %s", f)
+	}
+	for ns, snap := range l.snapshots {
+		t.Logf("  %s at its first refused connection:\n%s", ns, snap)
 	}
 	if l.newOK.Load() == 0 || l.msgsOK.Load() == 0 {
 		t.Errorf("%s: the load generator got no answer at all", what)

@@ -215,8 +215,8 @@ func (k *kcluster) measure(ctx context.Context, o options, plane string, scen []
 // the results and the report. Results measured before a failure are kept.
 func (k *kcluster) bench(ctx context.Context, o options, repo string) error {
 	data := report.Data{Date: time.Now().UTC().Format("2006-01-02 15:04 MST"),
-		Command: fmt.Sprintf("make bench-kind (go run ./bench/kind bench -backend %s -proxy-modes %s -upstream-modes %s -host-routing %s -runs %d -seconds %d%s)",
-			strings.Join(o.backends, ","), strings.Join(o.modes, ","), upstreamModesArg(o.upstream), o.hostRouting, o.runs, o.seconds, servicesArg(o.services)),
+		Command: fmt.Sprintf("make bench-kind (go run ./bench/kind bench -backend %s -proxy-modes %s -upstream-modes %s -host-routing %s -runs %d -seconds %d%s -settle %s -settle-load %g)",
+			strings.Join(o.backends, ","), strings.Join(o.modes, ","), upstreamModesArg(o.upstream), o.hostRouting, o.runs, o.seconds, servicesArg(o.services), o.settle, o.settleLoad),
 		Machine:  machine(),
 		Versions: versions(),
 		Services: o.services, HostRouting: o.hostRouting}
@@ -299,6 +299,9 @@ func (k *kcluster) benchPlane(ctx context.Context, o options, repo, dp, backend 
 		}
 	}
 	if baseline {
+		if err := k.settle(ctx, o, report.Baseline, data); err != nil {
+			return err
+		}
 		if err := k.p.step(ctx, "netperf: node-to-node baseline", func(ctx context.Context) error {
 			defer noteLoad(data, report.Baseline)()
 			r, err := k.measure(ctx, o, report.Baseline, base)
@@ -323,6 +326,9 @@ func (k *kcluster) benchPlane(ctx context.Context, o options, repo, dp, backend 
 				return err
 			}
 		}
+		if err := k.settle(ctx, o, plane, data); err != nil {
+			return err
+		}
 		if err := k.p.step(ctx, "netperf: "+plane, func(ctx context.Context) error {
 			defer noteLoad(data, plane)()
 			r, err := k.measure(ctx, o, plane, pods)
@@ -333,6 +339,24 @@ func (k *kcluster) benchPlane(ctx context.Context, o options, repo, dp, backend 
 		}
 	}
 	return nil
+}
+
+// settle waits for the machine to go quiet before plane is measured
+// (settle.go) and notes in d what the wait did.
+func (k *kcluster) settle(ctx context.Context, o options, plane string, d *report.Data) error {
+	if o.settle == 0 {
+		return nil
+	}
+	return k.p.step(ctx, fmt.Sprintf("wait for the load average to fall to %.2f (at most %s)", o.settleLoad, o.settle), func(ctx context.Context) error {
+		r, err := settleWait{max: o.settle, target: o.settleLoad, poll: 5 * time.Second, load: procLoadAverage}.wait(ctx)
+		if err != nil {
+			return err
+		}
+		if n := r.note(plane, o.settleLoad, o.settle); n != "" {
+			d.Notes = append(d.Notes, n)
+		}
+		return ctx.Err()
+	})
 }
 
 // noteLoad records in d's notes the machine's 1-minute load average

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -42,6 +43,8 @@ func TestParseArgsModesAndDataplanes(t *testing.T) {
 		{"bench", "-upstream-modes", "ebpf"},
 		{"bench", "-upstream-modes", "ipvs"},
 		{"up", "-dataplane", "cilium"},
+		{"bench", "-settle", "-1s"},
+		{"bench", "-settle-load", "0"},
 	} {
 		if _, err := parseArgs(bad, io.Discard); err == nil {
 			t.Errorf("%q: accepted", bad)
@@ -539,5 +542,50 @@ func TestWatchCounters(t *testing.T) {
 	}
 	if _, err := watchCounters(context.Background(), []string{"a"}, nil, read, func() error { return errors.New("boom") }); err == nil {
 		t.Error("a failed run's error was dropped")
+	}
+}
+
+// TestSettleWait: the wait ends as soon as the load is at the bound, at
+// the maximum time otherwise, and its note says which (nothing when the
+// machine was already quiet).
+func TestSettleWait(t *testing.T) {
+	seq := func(v ...float64) func() (float64, error) {
+		i := 0
+		return func() (float64, error) {
+			l := v[min(i, len(v)-1)]
+			i++
+			return l, nil
+		}
+	}
+	ctx := context.Background()
+	r, err := settleWait{max: time.Minute, target: 1.5, poll: time.Millisecond, load: seq(6.2, 4, 2, 1.4, 1)}.wait(ctx)
+	if err != nil || !r.reached || r.from != 6.2 || r.to != 1.4 {
+		t.Fatalf("falling load: %+v, %v; want reached at 1.4 from 6.2", r, err)
+	}
+	if n := r.note("nodenet host-gw iptables", 1.5, time.Minute); !strings.Contains(n, "fall from 6.20 to 1.40") {
+		t.Errorf("note %q", n)
+	}
+	r, err = settleWait{max: 20 * time.Millisecond, target: 1.5, poll: time.Millisecond, load: seq(5)}.wait(ctx)
+	if err != nil || r.reached || r.waited < 20*time.Millisecond {
+		t.Fatalf("steady load: %+v, %v; want a wait of the maximum, not reached", r, err)
+	}
+	if n := r.note("p", 1.5, time.Minute); !strings.Contains(n, "did not fall to 1.50 within 1m0s") {
+		t.Errorf("note %q", n)
+	}
+	r, err = settleWait{max: time.Minute, target: 1.5, poll: time.Hour, load: seq(0.5)}.wait(ctx)
+	if err != nil || !r.reached || r.note("p", 1.5, time.Minute) != "" {
+		t.Fatalf("quiet machine: %+v, %v, note %q; want reached at once, no note", r, err, r.note("p", 1.5, time.Minute))
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if r, err = (settleWait{max: time.Minute, target: 1.5, poll: time.Hour, load: seq(5)}).wait(cctx); err != nil || !r.interrupted {
+		t.Fatalf("cancelled: %+v, %v; want interrupted", r, err)
+	}
+	bad := func() (float64, error) { return 0, errors.New("no /proc") }
+	if _, err := (settleWait{max: time.Minute, target: 1.5, poll: time.Millisecond, load: bad}).wait(ctx); err == nil {
+		t.Error("an unreadable load average: no error")
+	}
+	if l, err := procLoadAverage(); err != nil || l < 0 {
+		t.Errorf("procLoadAverage: %v, %v", l, err)
 	}
 }

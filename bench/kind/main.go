@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/nodenet/nodenet/internal/upstream"
 )
@@ -34,6 +35,10 @@ type options struct {
 	services  int  // bench: filler Services beside the benchmark's (fillers.go)
 	// hostRouting is nodenet's flanneld --host-routing (kernel or ebpf).
 	hostRouting string
+	// settle, settleLoad: bench waits up to settle before each plane for
+	// the 1-minute load average to fall to settleLoad (settle.go).
+	settle     time.Duration
+	settleLoad float64
 }
 
 var commands = map[string]string{
@@ -75,8 +80,13 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.seconds, "seconds", 5, "length of each netperf run")
 	fs.IntVar(&o.services, "services", 0, "bench: this many more ClusterIP Services (one endpoint each) on every cluster, programmed before each plane is measured: the scale at which a proxy's per-connection lookup shows")
 	fs.StringVar(&o.hostRouting, "host-routing", "ebpf", "nodenet's flanneld --host-routing: ebpf (pod-to-pod between nodes forwarded by TCX programs, past netfilter) or kernel (flannel's own forwarding)")
+	fs.DurationVar(&o.settle, "settle", 3*time.Minute, "bench: before each data plane, wait up to this long for the machine's 1-minute load average to fall to -settle-load (0: do not wait)")
+	fs.Float64Var(&o.settleLoad, "settle-load", 1.5, "bench: the 1-minute load average -settle waits for")
 	if err := fs.Parse(args[1:]); err != nil {
 		return o, err
+	}
+	if o.settle < 0 || o.settleLoad <= 0 {
+		return o, errors.New("-settle must not be negative and -settle-load must be positive")
 	}
 	if o.hostRouting != "ebpf" && o.hostRouting != "kernel" {
 		return o, fmt.Errorf("-host-routing %q: ebpf or kernel", o.hostRouting)
