@@ -15,6 +15,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -39,6 +40,8 @@ type serviceLoad struct {
 	// refused connection from it (a flake seen once in CI: which table
 	// answered, and whether the connection was translated at all).
 	snapshots map[string]string
+	// endpoints describes the Service's EndpointSlices (nil: not asked).
+	endpoints func() string
 	stop      context.CancelFunc
 	wg        sync.WaitGroup
 }
@@ -174,6 +177,9 @@ func (l *serviceLoad) snapshot(netns, addr string) {
 		out, err := exec.Command("ip", append([]string{"netns", "exec", netns}, args...)...).CombinedOutput()
 		fmt.Fprintf(&sb, "$ %s (%v)\n%s\n", strings.Join(args, " "), err, out)
 	}
+	if l.endpoints != nil {
+		fmt.Fprintf(&sb, "endpoints: %s\n", l.endpoints())
+	}
 	l.mu.Lock()
 	l.snapshots[netns] = sb.String()
 	l.mu.Unlock()
@@ -199,6 +205,30 @@ func (l *serviceLoad) finish(t *testing.T, what string) {
 	if n := l.newFailed.Load(); n > 0 {
 		t.Errorf("%s: %d new connections failed (target zero)", what, n)
 	}
+}
+
+// describeEndpoints lists a Service's endpoints with their conditions,
+// for a failure's diagnosis.
+func describeEndpoints(ctx context.Context, cs kubernetes.Interface, ns, svc string) string {
+	slices, err := cs.DiscoveryV1().EndpointSlices(ns).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + svc})
+	if err != nil {
+		return err.Error()
+	}
+	var parts []string
+	for _, sl := range slices.Items {
+		for _, ep := range sl.Endpoints {
+			parts = append(parts, fmt.Sprintf("%s %v ready=%v serving=%v terminating=%v node=%v",
+				sl.Name, ep.Addresses, deref(ep.Conditions.Ready), deref(ep.Conditions.Serving), deref(ep.Conditions.Terminating), deref(ep.NodeName)))
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+func deref[T any](p *T) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }
 
 // daemonPods are the DaemonSet's pods by node.
@@ -293,6 +323,7 @@ func TestUpDaemonSetSwitchAndRecover(t *testing.T) {
 
 	t.Run("proxy mode switch by ConfigMap and rollout restart", func(t *testing.T) {
 		load := startServiceLoad(t, nodeNetns, addr, 20, 3)
+		load.endpoints = func() string { return describeEndpoints(ctx, cs, ns, "echo") }
 		time.Sleep(2 * time.Second)
 		before := daemonPods(t, ctx, cs)
 		start := time.Now()
@@ -338,6 +369,7 @@ func TestUpDaemonSetSwitchAndRecover(t *testing.T) {
 
 	t.Run("deleted daemon pod comes back, node keeps forwarding", func(t *testing.T) {
 		load := startServiceLoad(t, nodeNetns, addr, 20, 3)
+		load.endpoints = func() string { return describeEndpoints(ctx, cs, ns, "echo") }
 		time.Sleep(time.Second)
 		old := daemonPods(t, ctx, cs)["node-2"]
 		start := time.Now()
