@@ -9,7 +9,8 @@
 //
 // Between two pods of the same node, the program on the sender's veth
 // switches the frame (addressed to the other pod's MAC, which it has
-// learnt from that pod's own frames) straight into the receiver's
+// learnt from that pod's own frames, and at start from the kernel
+// bridge's fdb) straight into the receiver's
 // namespace: what the bridge would do, minus br_netfilter's conntrack and
 // FORWARD hooks and the receiving veth's backlog queue. MACs and TTL stay
 // as they are; the NAT test below applies as well.

@@ -162,6 +162,10 @@ func Start(ctx context.Context, cfg Config, log *slog.Logger) (r *Router, err er
 	}
 	if r.bridgeIndex == 0 {
 		log.Info("host routing: pod bridge not there yet; following it", "bridge", cfg.Bridge)
+	} else if err := r.seedFdb(); err != nil {
+		// Only a start-up shortcut: the programs learn each MAC from
+		// the pod's next frame anyway.
+		log.Warn("host routing: reading the bridge's learnt MACs", "err", err)
 	}
 	ctx, r.stop = context.WithCancel(context.WithoutCancel(ctx))
 	go r.follow(ctx, updates, subDone)
@@ -284,6 +288,41 @@ func (r *Router) attach(name string, ifindex int, uplink bool) error {
 	r.attached[ifindex] = attachment{name: name, uplink: uplink, link: l}
 	r.mu.Unlock()
 	r.log.Debug("host routing: attached", "iface", name, "ifindex", ifindex, "uplink", uplink)
+	return nil
+}
+
+// seedFdb copies into the fdb map what the kernel bridge has learnt on the
+// attached pod veths. The programs learn a pod's MAC from its own frames;
+// after a restart (flanneld's, which loads fresh maps) a pod that only
+// receives would otherwise be reached through the bridge until it next
+// sends. Local and permanent entries (the ports' own addresses) and
+// group addresses are skipped.
+func (r *Router) seedFdb() error {
+	var entries []netlink.Neigh
+	err := r.inNetns(func() (err error) {
+		entries, err = netlink.NeighList(0, unix.AF_BRIDGE)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("list bridge fdb: %w", err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, e := range entries {
+		a, ok := r.attached[e.LinkIndex]
+		if !ok || a.uplink || e.MasterIndex != r.bridgeIndex || e.State&netlink.NUD_PERMANENT != 0 ||
+			len(e.HardwareAddr) != 6 || e.HardwareAddr[0]&1 != 0 {
+			continue
+		}
+		var k hostroutingMacKey
+		copy(k.Mac[:], e.HardwareAddr)
+		if err := r.objs.Fdb.Put(k, uint32(e.LinkIndex)); err != nil {
+			return fmt.Errorf("write %s on %s to the fdb map: %w", e.HardwareAddr, a.name, err)
+		}
+		n++
+	}
+	r.log.Debug("host routing: pod MACs taken from the bridge's fdb", "count", n)
 	return nil
 }
 

@@ -375,3 +375,52 @@ func TestSwitchesLocalPodToPodPastTheBridge(t *testing.T) {
 		t.Errorf("the translated flow's replies were not left to the stack: %v", after)
 	}
 }
+
+// A restarted router (fresh maps) knows at once the pod MACs the kernel
+// bridge learnt, so a pod that only receives is switched to without
+// first sending a frame of its own; the bridge's own addresses are not
+// taken.
+func TestSeedsFdbFromTheBridge(t *testing.T) {
+	c := newTwoNodes(t)
+	n, a := c.node[0], c.pod[0]
+	b := nettest.New(t)
+	nettest.Link(t, b, "eth0", "10.244.1.3/24", n, "veth1", "")
+	n.MustExec(t, "ip", "link", "set", "veth1", "master", "cni0")
+	nettest.EchoTCP(t, b, "10.244.1.3:8080")
+	// The bridge learns both pods' MACs from this exchange.
+	if err := nettest.TCPRoundTrip(a, "10.244.1.3:8080", 100, 3*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	mac := func(ns *nettest.NS) [6]uint8 {
+		l, err := ns.Handle().LinkByName("eth0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return [6]uint8(l.Attrs().HardwareAddr)
+	}
+	index := func(name string) uint32 {
+		l, err := n.Handle().LinkByName(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return uint32(l.Attrs().Index)
+	}
+	r := c.start(t, 0)
+	got := map[[6]uint8]uint32{}
+	var (
+		k hostroutingMacKey
+		v uint32
+	)
+	for it := r.objs.Fdb.Iterate(); it.Next(&k, &v); {
+		got[k.Mac] = v
+	}
+	want := map[[6]uint8]uint32{mac(a): index("veth0"), mac(b): index("veth1")}
+	for m, idx := range want {
+		if got[m] != idx {
+			t.Errorf("fdb map after start: %x → %d, want %d (map %v)", m, got[m], idx, got)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("fdb map after start holds %d entries, want the 2 pods' only: %v", len(got), got)
+	}
+}
