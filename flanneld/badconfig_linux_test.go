@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/nodenet/nodenet/internal/nettest"
@@ -57,6 +59,25 @@ func TestBadConfigTouchesNothing(t *testing.T) {
 		}
 	}
 	nettest.Link(t, ns, "eth0", "192.168.50.11/24", peer, "eth0", "192.168.50.12/24")
+	// The veth's carrier (and with it the link-local address and its
+	// route) comes a moment after the link is up: a snapshot taken
+	// before then differs from every later one (seen once in CI).
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		l, err := ns.Handle().LinkByName("eth0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addrs, err := ns.Handle().AddrList(l, unix.AF_INET6)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Attrs().OperState == netlink.OperUp && len(addrs) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("eth0 not up with a link-local address after 5s: %s, %v", l.Attrs().OperState, addrs)
+		}
+	}
 	before := kernelSnapshot(t, ns)
 	good := `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`
 	type tc struct {
