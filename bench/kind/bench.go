@@ -371,13 +371,14 @@ func noteLoad(d *report.Data, plane string) func() {
 	}
 }
 
-// loadAverage is /proc/loadavg's 1-minute figure, "?" if unreadable.
+// loadAverage is /proc/loadavg's 1-minute figure for a note, "?" if
+// unreadable.
 func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if f := strings.Fields(string(b)); err == nil && len(f) > 0 {
-		return f[0]
+	l, err := procLoadAverage()
+	if err != nil {
+		return "?"
 	}
-	return "?"
+	return strconv.FormatFloat(l, 'f', 2, 64)
 }
 
 func servicesArg(n int) string {
