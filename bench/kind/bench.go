@@ -131,14 +131,22 @@ func (k *kcluster) scenarios(ctx context.Context) ([]scenario, []scenario, error
 
 // netperf runs one test once and returns its figure: Mbit/s for
 // streams, transactions/s for request/response.
-func (k *kcluster) netperf(ctx context.Context, s scenario, test string, seconds int) (float64, error) {
-	out, err := k.kubectl(ctx, "-n", benchNS, "exec", s.from, "-c", "netserver", "--", "netperf", "-P", "0",
-		"-H", s.host, "-p", strconv.Itoa(s.ctl), "-l", strconv.Itoa(seconds), "-t", test, "--",
-		"-P", ","+strconv.Itoa(s.data), "-o", "THROUGHPUT")
+func (k *kcluster) netperf(ctx context.Context, s scenario, test string, seconds int, cpuBind string) (float64, error) {
+	out, err := k.kubectl(ctx, netperfArgs(s, test, seconds, cpuBind)...)
 	if err != nil {
 		return 0, err
 	}
 	return parseNetperf(out)
+}
+
+// netperfArgs is the kubectl command line of one netperf run from s.from.
+func netperfArgs(s scenario, test string, seconds int, cpuBind string) []string {
+	args := []string{"-n", benchNS, "exec", s.from, "-c", "netserver", "--", "netperf", "-P", "0",
+		"-H", s.host, "-p", strconv.Itoa(s.ctl), "-l", strconv.Itoa(seconds), "-t", test}
+	if cpuBind != "" {
+		args = append(args, "-T", cpuBind)
+	}
+	return append(args, "--", "-P", ","+strconv.Itoa(s.data), "-o", "THROUGHPUT")
 }
 
 // parseNetperf reads the value of `-P 0 -- -o THROUGHPUT`: the last line
@@ -161,13 +169,13 @@ func (k *kcluster) measure(ctx context.Context, o options, plane string, scen []
 			r := report.Result{Dataplane: plane, Scenario: s.name, Test: t.name, Unit: t.unit}
 			runs := func() error {
 				for i := 0; i < o.runs; i++ {
-					v, err := k.netperf(ctx, s, t.name, o.seconds)
+					v, err := k.netperf(ctx, s, t.name, o.seconds, o.cpuBind)
 					if err != nil {
 						return fmt.Errorf("%s, %s, %s: %w", plane, s.name, t.name, err)
 					}
 					r.Values = append(r.Values, v)
 					if s.pair != nil {
-						pv, err := k.netperf(ctx, *s.pair, t.name, o.seconds)
+						pv, err := k.netperf(ctx, *s.pair, t.name, o.seconds, o.cpuBind)
 						if err != nil {
 							return fmt.Errorf("%s, %s beside %s, %s: %w", plane, s.pair.name, s.name, t.name, err)
 						}
@@ -215,8 +223,8 @@ func (k *kcluster) measure(ctx context.Context, o options, plane string, scen []
 // the results and the report. Results measured before a failure are kept.
 func (k *kcluster) bench(ctx context.Context, o options, repo string) error {
 	data := report.Data{Date: time.Now().UTC().Format("2006-01-02 15:04 MST"),
-		Command: fmt.Sprintf("make bench-kind (go run ./bench/kind bench -backend %s -proxy-modes %s -upstream-modes %s -host-routing %s -runs %d -seconds %d%s -settle %s -settle-load %g)",
-			strings.Join(o.backends, ","), strings.Join(o.modes, ","), upstreamModesArg(o.upstream), o.hostRouting, o.runs, o.seconds, servicesArg(o.services), o.settle, o.settleLoad),
+		Command: fmt.Sprintf("make bench-kind (go run ./bench/kind bench -backend %s -proxy-modes %s -upstream-modes %s -host-routing %s -runs %d -seconds %d%s -settle %s -settle-load %g -cpu-bind %s)",
+			strings.Join(o.backends, ","), strings.Join(o.modes, ","), upstreamModesArg(o.upstream), o.hostRouting, o.runs, o.seconds, servicesArg(o.services), o.settle, o.settleLoad, cpuBindArg(o.cpuBind)),
 		Machine:  machine(),
 		Versions: versions(),
 		Services: o.services, HostRouting: o.hostRouting}
@@ -386,6 +394,13 @@ func servicesArg(n int) string {
 		return ""
 	}
 	return fmt.Sprintf(" -services %d", n)
+}
+
+func cpuBindArg(bind string) string {
+	if bind == "" {
+		return "none"
+	}
+	return bind
 }
 
 func upstreamModesArg(modes []string) string {

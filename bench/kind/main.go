@@ -11,6 +11,8 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -39,6 +41,9 @@ type options struct {
 	// the 1-minute load average to fall to settleLoad (settle.go).
 	settle     time.Duration
 	settleLoad float64
+	// cpuBind is netperf's -T "client,server": the CPUs the client and
+	// the netserver it talks to are bound to ("" = not bound).
+	cpuBind string
 }
 
 var commands = map[string]string{
@@ -82,11 +87,15 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.hostRouting, "host-routing", "ebpf", "nodenet's flanneld --host-routing: ebpf (pod-to-pod between nodes forwarded by TCX programs, past netfilter) or kernel (flannel's own forwarding)")
 	fs.DurationVar(&o.settle, "settle", 3*time.Minute, "bench: before each data plane, wait up to this long for the machine's 1-minute load average to fall to -settle-load (0: do not wait)")
 	fs.Float64Var(&o.settleLoad, "settle-load", 1.5, "bench: the 1-minute load average -settle waits for")
+	cpuBind := fs.String("cpu-bind", defaultCPUBind(runtime.NumCPU()), "bench: netperf -T client,server: the CPUs every netperf client and its netserver are bound to, the same in every scenario and data plane (the scheduler otherwise puts them on one CPU in some runs and on two in others, the largest part of a request/response figure's spread), or none")
 	if err := fs.Parse(args[1:]); err != nil {
 		return o, err
 	}
 	if o.settle < 0 || o.settleLoad <= 0 {
 		return o, errors.New("-settle must not be negative and -settle-load must be positive")
+	}
+	if o.cpuBind, err = parseCPUBind(*cpuBind, runtime.NumCPU()); err != nil {
+		return o, err
 	}
 	if o.hostRouting != "ebpf" && o.hostRouting != "kernel" {
 		return o, fmt.Errorf("-host-routing %q: ebpf or kernel", o.hostRouting)
@@ -125,6 +134,35 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 		return o, fmt.Errorf("-services %d: between 0 and %d (the Service network's addresses)", o.services, maxFillers)
 	}
 	return o, nil
+}
+
+// defaultCPUBind puts the netperf client and its server on two different
+// CPUs when there are two, as a latency benchmark on a quiet machine would;
+// with one CPU there is nothing to choose.
+func defaultCPUBind(cpus int) string {
+	if cpus < 2 {
+		return "none"
+	}
+	return "0,1"
+}
+
+// parseCPUBind checks -cpu-bind: "none", or two CPU numbers the machine
+// has (the kind nodes are containers on it, with all its CPUs).
+func parseCPUBind(v string, cpus int) (string, error) {
+	if v == "none" {
+		return "", nil
+	}
+	parts := strings.Split(v, ",")
+	if len(parts) != 2 {
+		return "", fmt.Errorf("-cpu-bind %q: want client,server (two CPU numbers) or none", v)
+	}
+	for _, p := range parts {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 || n >= cpus {
+			return "", fmt.Errorf("-cpu-bind %q: %q is not a CPU of this machine (0 to %d)", v, p, cpus-1)
+		}
+	}
+	return v, nil
 }
 
 // modeCheck is the node inspection a proxy mode needs before it is

@@ -146,3 +146,23 @@ func TestPodPodTargetJudgedOnPairs(t *testing.T) {
 		t.Fatal("mismatched pairs must give no ratio")
 	}
 }
+
+// A median below upstream's is told apart from a difference every run shows.
+func TestMissesWithinTheRunsRanges(t *testing.T) {
+	d := Data{Results: []Result{
+		{Dataplane: "nodenet host-gw iptables", Scenario: "outside-NodePort-pod", Test: "TCP_RR", Unit: "trans/s", Values: []float64{90, 95, 105}},
+		{Dataplane: "upstream host-gw iptables", Scenario: "outside-NodePort-pod", Test: "TCP_RR", Unit: "trans/s", Values: []float64{100, 98, 110}},
+		{Dataplane: "nodenet host-gw iptables", Scenario: "outside-NodePort-pod", Test: "UDP_RR", Unit: "trans/s", Values: []float64{80, 81, 82}},
+		{Dataplane: "upstream host-gw iptables", Scenario: "outside-NodePort-pod", Test: "UDP_RR", Unit: "trans/s", Values: []float64{90, 91, 92}},
+	}}
+	out := Targets(d)
+	for _, want := range []string{
+		"**not met**: 0 of 2 comparisons; below upstream (1 of these 2 within the runs' noise",
+		"outside-NodePort-pod TCP_RR: 95% of upstream (ranges overlap)",
+		"outside-NodePort-pod UDP_RR: 89% of upstream (every nodenet run below every upstream run)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("lacks %q:\n%s", want, out)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package report
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -51,7 +52,7 @@ func Targets(d Data) string {
 
 	// 1. nodenet ≥ upstream, same backend and mode, every scenario/test.
 	b.WriteString("**nodenet ≥ upstream in every scenario** (same backend and proxy mode, same run):")
-	var met, total, otherRun int
+	var met, total, otherRun, inNoise int
 	var misses []string
 	for _, name := range planes {
 		n, ok := parsePlane(name)
@@ -73,9 +74,15 @@ func Targets(d Data) string {
 				total++
 				if nv >= uv {
 					met++
-				} else {
-					misses = append(misses, fmt.Sprintf("%s %s %s: %.0f%% of upstream", n, s, t, 100*nv/uv))
+					continue
 				}
+				nr, _ := d.find(n.String(), s, t)
+				ur, _ := d.find(u.String(), s, t)
+				overlap := slices.Max(nr.Values) >= slices.Min(ur.Values)
+				if overlap {
+					inNoise++
+				}
+				misses = append(misses, fmt.Sprintf("%s %s %s: %.0f%% of upstream%s", n, s, t, 100*nv/uv, rangesNote(overlap)))
 			}
 		}
 	}
@@ -88,7 +95,7 @@ func Targets(d Data) string {
 	case met == total:
 		fmt.Fprintf(&b, " **met** (%d of %d comparisons).\n", met, total)
 	default:
-		fmt.Fprintf(&b, " **not met**: %d of %d comparisons; below upstream:\n", met, total)
+		fmt.Fprintf(&b, " **not met**: %d of %d comparisons; below upstream (%d of these %d within the runs' noise: nodenet's best run at or above upstream's worst):\n", met, total, inNoise, total-met)
 		for _, m := range misses {
 			fmt.Fprintf(&b, "  - %s\n", m)
 		}
@@ -187,4 +194,15 @@ func Targets(d Data) string {
 		}
 	}
 	return b.String()
+}
+
+// rangesNote says whether a median below upstream's is a difference the
+// runs show or one inside their scatter: with three runs a side on a
+// shared machine, two data planes on one kernel path (a NodePort through
+// the same iptables rules) come out in either order.
+func rangesNote(overlap bool) string {
+	if overlap {
+		return " (ranges overlap)"
+	}
+	return " (every nodenet run below every upstream run)"
 }
