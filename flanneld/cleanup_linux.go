@@ -208,26 +208,33 @@ func (c *cleaner) countEntries(ctx context.Context, dev string) string {
 	return fmt.Sprintf(" (with %d neighbour and %d FDB entries)", n, f)
 }
 
-// masquerade removes the rules of both masquerade backends, through
-// both iptables backends, in both families: the daemon's options at the
-// time are unknown, and its Cleanup is what switching backends uses too.
+// masquerade removes the masquerade and vxlan notrack rules of both
+// backends, through both iptables backends, in both families: the
+// daemon's options at the time are unknown, and its Cleanup is what
+// switching backends uses too.
 func (c *cleaner) masquerade(ctx context.Context) error {
 	var errs []error
 	for _, b := range iptables.Backends {
-		removed, err := newIPTablesMasq(fixedIPTables(c.o.Netns, b), nil).Cleanup(ctx)
+		ipt := newIPTablesMasq(fixedIPTables(c.o.Netns, b), nil)
+		for _, r := range []ruleSet{{kind: "masquerade", rules: ipt}, {kind: "vxlan notrack", rules: newIPTablesNoTrack(ipt, nil)}} {
+			what := r.kind
+			removed, err := r.rules.Cleanup(ctx)
+			for _, r := range removed {
+				c.report(fmt.Sprintf("iptables-%s %s", b, r))
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("clean up iptables-%s %s rules: %w", b, what, err))
+			}
+		}
+	}
+	for _, t := range []*nftTables{newNFTMasq(c.o.Netns, nil), newNFTNoTrack(c.o.Netns, nil)} {
+		removed, err := t.Cleanup(ctx)
 		for _, r := range removed {
-			c.report(fmt.Sprintf("iptables-%s %s", b, r))
+			c.report(r)
 		}
 		if err != nil {
-			errs = append(errs, fmt.Errorf("clean up iptables-%s masquerade rules: %w", b, err))
+			errs = append(errs, err)
 		}
-	}
-	removed, err := newNFTMasq(c.o.Netns, nil).Cleanup(ctx)
-	for _, r := range removed {
-		c.report(r)
-	}
-	if err != nil {
-		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

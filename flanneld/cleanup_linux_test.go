@@ -30,9 +30,15 @@ func TestCleanup(t *testing.T) {
 		// noConf: the ConfigMap is gone; the networks come from
 		// subnet.env.
 		noConf bool
+		// notrack: the daemon ran with --vxlan-notrack; what the report
+		// names of its rules.
+		notrack string
 	}{
 		{name: "hostgw-iptables", conf: `{"Network":"10.244.0.0/16","Backend":{"Type":"host-gw"}}`, masq: MasqIPTables},
-		{name: "vxlan-nftables-no-conf", conf: `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`, masq: MasqNFTables, dev: "flannel.1", noConf: true},
+		{name: "vxlan-nftables-no-conf", conf: `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`, masq: MasqNFTables, dev: "flannel.1", noConf: true,
+			notrack: "nftables table ip " + nftNoTrack},
+		{name: "vxlan-iptables", conf: `{"Network":"10.244.0.0/16","Backend":{"Type":"vxlan"}}`, masq: MasqIPTables, dev: "flannel.1",
+			notrack: "IPv4 chain raw " + chainNoTrack},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := newTestCluster(t, api, tc.conf, 2)
@@ -40,6 +46,7 @@ func TestCleanup(t *testing.T) {
 			for _, nd := range c.nodes {
 				o := c.options(nd)
 				o.MasqBackend = tc.masq
+				o.VXLANNoTrack = tc.notrack != ""
 				c.startWith(nd, o)
 				opts = append(opts, o)
 			}
@@ -67,7 +74,7 @@ func TestCleanup(t *testing.T) {
 			if tc.masq == MasqNFTables {
 				masq = "nftables table ip " + nftTable
 			}
-			for _, want := range []string{"route " + peer.String(), "subnet.env", "CNI conflist", masq, tc.dev} {
+			for _, want := range []string{"route " + peer.String(), "subnet.env", "CNI conflist", masq, tc.dev, tc.notrack} {
 				if !strings.Contains(all, want) {
 					t.Errorf("report lacks %q:\n%s", want, all)
 				}

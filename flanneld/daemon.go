@@ -41,6 +41,9 @@ type Options struct {
 	IPMasq         bool
 	MasqBackend    string
 	IPTablesResync time.Duration
+	// VXLANNoTrack exempts the VXLAN tunnel's own packets from connection
+	// tracking (notrack.go), in the masquerade rules' backend.
+	VXLANNoTrack bool
 	SubnetFile     string
 	// InstallCNIConf, when set, is where the CNI conflist goes, rendered
 	// from CNIConfTemplate (default DefaultCNIConfTemplate).
@@ -294,13 +297,14 @@ func (d *Daemon) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	rules := []ruleSet{{kind: "masq", rules: masq}, {kind: "notrack", rules: d.noTracker(ctx, ext)}}
 	syncFn := func(ctx context.Context) error { return d.syncPeers(ctx, be, sm) }
 	d.setStatus("programming routes")
 	if err := syncFn(ctx); err != nil {
 		return fmt.Errorf("first sync: %w", err)
 	}
-	if masq != nil {
-		if err := d.syncMasq(ctx, masq); err != nil {
+	for _, r := range rules {
+		if err := d.syncRules(ctx, r); err != nil {
 			return err
 		}
 	}
@@ -321,7 +325,7 @@ func (d *Daemon) run(ctx context.Context) error {
 	}
 	d.setStatus("")
 	d.log.Info("ready", "subnetFile", d.opts.SubnetFile, "mtu", mtu, "backend", d.cfg.Backend.Type)
-	return d.loop(ctx, sm, masq, syncFn)
+	return d.loop(ctx, sm, rules, syncFn)
 }
 
 func (d *Daemon) externalInterface() (*ExtIface, error) {
@@ -389,6 +393,20 @@ func (d *Daemon) masquerader(ctx context.Context, own Lease) (masquerader, error
 		newIPTablesMasq(d.iptables, fams), newNFTMasq(d.opts.Netns, fams), d.log), nil
 }
 
+// noTracker returns the vxlan notrack rules in the masquerade rules'
+// backend (nil when off or not vxlan) after removing what either backend
+// holds that is not wanted: a node switched to host-gw, to the other
+// backend or to --vxlan-notrack=false keeps no stale exemption.
+func (d *Daemon) noTracker(ctx context.Context, ext *ExtIface) masquerader {
+	var fams []noTrackFamily
+	on := d.opts.VXLANNoTrack && d.cfg.Backend.Type == BackendVXLAN
+	if on {
+		fams = noTrackFamilies(d.cfg, ext)
+	}
+	return chooseMasquerader(ctx, on && len(fams) > 0, d.opts.MasqBackend,
+		newIPTablesNoTrack(newIPTablesMasq(d.iptables, nil), fams), newNFTNoTrack(d.opts.Netns, fams), d.log)
+}
+
 // chooseMasquerader returns ipt or nft as ipMasq and backend say (nil when
 // ipMasq is off) after cleaning up the one not chosen.
 func chooseMasquerader(ctx context.Context, ipMasq bool, backend string, ipt, nft masquerader, log *slog.Logger) masquerader {
@@ -432,15 +450,28 @@ func (d *Daemon) syncPeers(ctx context.Context, be backend, sm subnetManager) er
 	return nil
 }
 
-func (d *Daemon) syncMasq(ctx context.Context, m masquerader) error {
-	changed, err := m.Sync(ctx)
+// ruleSet is one set of netfilter rules the daemon keeps (nil rules: off):
+// kind "masq" (the masquerade and forward rules) or "notrack" (the vxlan
+// tunnel's exemption from connection tracking).
+type ruleSet struct {
+	kind  string
+	rules masquerader
+}
+
+func (d *Daemon) syncRules(ctx context.Context, r ruleSet) error {
+	if r.rules == nil {
+		return nil
+	}
+	changed, err := r.rules.Sync(ctx)
 	if err != nil {
-		d.m.errors.WithLabelValues("masq").Inc()
+		d.m.errors.WithLabelValues(r.kind).Inc()
 		return err
 	}
 	if changed {
-		d.m.masqWrites.Inc()
-		d.log.Info("masquerade rules written", "backend", d.opts.MasqBackend)
+		if r.kind == "masq" {
+			d.m.masqWrites.Inc()
+		}
+		d.log.Info("netfilter rules written", "rules", r.kind, "backend", d.opts.MasqBackend)
 	}
 	return nil
 }
@@ -476,7 +507,7 @@ func (d *Daemon) publish(own Lease, mtu int) error {
 // loop keeps everything converged: peers on events, on a deleted route or
 // neighbour (watchKernel) and every resync, masquerade rules every
 // --iptables-resync, the lease renewed.
-func (d *Daemon) loop(ctx context.Context, sm subnetManager, masq masquerader, syncFn func(context.Context) error) error {
+func (d *Daemon) loop(ctx context.Context, sm subnetManager, rules []ruleSet, syncFn func(context.Context) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -501,17 +532,17 @@ func (d *Daemon) loop(ctx context.Context, sm subnetManager, masq masquerader, s
 			d.log.Warn("deleted routes and neighbours are repaired at the next resync only", "err", err)
 		}
 	}()
-	if masq != nil {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			periodic.Every(ctx, d.opts.IPTablesResync, func(ctx context.Context) {
-				if err := d.syncMasq(ctx, masq); err != nil && ctx.Err() == nil {
-					d.log.Error("sync masquerade rules", "err", err)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		periodic.Every(ctx, d.opts.IPTablesResync, func(ctx context.Context) {
+			for _, r := range rules {
+				if err := d.syncRules(ctx, r); err != nil && ctx.Err() == nil {
+					d.log.Error("sync netfilter rules", "rules", r.kind, "err", err)
 				}
-			})
-		}()
-	}
+			}
+		})
+	}()
 	if err := sm.Keep(ctx); err != nil {
 		d.m.errors.WithLabelValues("lease").Inc()
 		d.setStatus(err.Error())

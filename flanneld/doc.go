@@ -25,7 +25,12 @@
 //     documented workaround, or auto, the default, which keeps it on unless
 //     a start-up self-test in a private namespace shows this kernel
 //     corrupts NATed VXLAN checksums and the node is then seen NATing its
-//     VXLAN packets (txcsum_linux.go says why and what it costs).
+//     VXLAN packets (txcsum_linux.go says why and what it costs). With
+//     --vxlan-notrack (the command's default) the tunnel's own UDP packets
+//     are exempted from connection tracking in the raw table (notrack.go):
+//     each pod connection would otherwise cost two outer conntrack entries
+//     per node, and nothing NATs them (so the NAT checksum bug above
+//     cannot arise either).
 //   - ip-masq rules (masq*.go) in iptables or nftables, in chains/tables of
 //     our own; with iptables the jump to our FORWARD accepts is appended,
 //     so the proxy's rejects and firewall, inserted first, still see new

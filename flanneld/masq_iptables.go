@@ -199,14 +199,19 @@ func writeChain(b *iptables.Batch, h ourHook, rules, jumps []string) {
 	}
 }
 
-// Cleanup removes the jumps and our chains, in every family. A family
-// whose tools are not installed holds nothing we could have written; the
-// other family is cleaned even when one fails.
+// Cleanup removes the jumps and our chains, in every family.
 func (m *iptablesMasq) Cleanup(ctx context.Context) ([]string, error) {
+	return cleanupFamilies(ctx, m.cleanupFamily)
+}
+
+// cleanupFamilies runs one family's cleanup in both families and says what
+// they removed. A family whose tools are not installed holds nothing we
+// could have written; the other family is cleaned even when one fails.
+func cleanupFamilies(ctx context.Context, family func(context.Context, iptables.Family) ([]string, error)) ([]string, error) {
 	var removed []string
 	var errs []error
 	for _, fam := range []iptables.Family{iptables.IPv4, iptables.IPv6} {
-		what, err := m.cleanupFamily(ctx, fam)
+		what, err := family(ctx, fam)
 		if errors.Is(err, iptables.ErrNotInstalled) {
 			continue
 		}
