@@ -166,3 +166,11 @@ func TestMissesWithinTheRunsRanges(t *testing.T) {
 		}
 	}
 }
+
+func TestSharePercentNeverRoundsUpToTheLimit(t *testing.T) {
+	for v, want := range map[float64]string{0.94998: "94.9%", 0.95: "95%", 0.9612: "96%", 0.9449: "94%", 1.2: "120%"} {
+		if got := sharePercent(v, 0.95); got != want {
+			t.Errorf("sharePercent(%v) = %s, want %s", v, got, want)
+		}
+	}
+}

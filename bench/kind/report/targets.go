@@ -2,6 +2,7 @@ package report
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 )
@@ -140,7 +141,7 @@ func Targets(d Data) string {
 				if r.Run != baseRun[t] && how == "" {
 					verdict += "; baseline from another run"
 				}
-				rows = append(rows, fmt.Sprintf("  - %s, %s, %s: %.0f%% (%s%s)", name, s, t, 100*share, verdict, how))
+				rows = append(rows, fmt.Sprintf("  - %s, %s, %s: %s (%s%s)", name, s, t, sharePercent(share, podPodShare), verdict, how))
 			}
 		}
 	}
@@ -205,4 +206,14 @@ func rangesNote(overlap bool) string {
 		return " (ranges overlap)"
 	}
 	return " (every nodenet run below every upstream run)"
+}
+
+// sharePercent prints a share as a whole percentage, with a tenth (cut,
+// not rounded) where rounding would lift a share below limit to limit:
+// "95% (not met)" reads as a contradiction, "94.9% (not met)" does not.
+func sharePercent(v, limit float64) string {
+	if v < limit && math.Round(100*v) >= math.Round(100*limit) {
+		return fmt.Sprintf("%.1f%%", math.Floor(1000*v)/10)
+	}
+	return fmt.Sprintf("%.0f%%", 100*v)
 }
