@@ -44,7 +44,7 @@ type Options struct {
 	// VXLANNoTrack exempts the VXLAN tunnel's own packets from connection
 	// tracking (notrack.go), in the masquerade rules' backend.
 	VXLANNoTrack bool
-	SubnetFile     string
+	SubnetFile   string
 	// InstallCNIConf, when set, is where the CNI conflist goes, rendered
 	// from CNIConfTemplate (default DefaultCNIConfTemplate).
 	InstallCNIConf  string
@@ -293,11 +293,11 @@ func (d *Daemon) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	masq, err := d.masquerader(ctx, own)
-	if err != nil {
-		return err
-	}
-	rules := []ruleSet{{kind: "masq", rules: masq}, {kind: "notrack", rules: d.noTracker(ctx, ext)}}
+	// Both rule sets write through one iptables runner per family, so the
+	// iptables backend is detected once.
+	fams := masqFamilies(d.cfg, own)
+	ipt := newIPTablesMasq(d.iptables, fams)
+	rules := []ruleSet{{kind: "masq", rules: d.masquerader(ctx, fams, ipt)}, {kind: "notrack", rules: d.noTracker(ctx, ext, ipt)}}
 	syncFn := func(ctx context.Context) error { return d.syncPeers(ctx, be, sm) }
 	d.setStatus("programming routes")
 	if err := syncFn(ctx); err != nil {
@@ -387,24 +387,22 @@ func (d *Daemon) reportTxChecksum(dec txCsumDecision) {
 // masquerader returns the chosen backend (nil without --ip-masq) after
 // removing what the other backend left behind: switching backends must not
 // leave two sets of rules.
-func (d *Daemon) masquerader(ctx context.Context, own Lease) (masquerader, error) {
-	fams := masqFamilies(d.cfg, own)
-	return chooseMasquerader(ctx, d.opts.IPMasq, d.opts.MasqBackend,
-		newIPTablesMasq(d.iptables, fams), newNFTMasq(d.opts.Netns, fams), d.log), nil
+func (d *Daemon) masquerader(ctx context.Context, fams []masqFamily, ipt *iptablesMasq) masquerader {
+	return chooseMasquerader(ctx, d.opts.IPMasq, d.opts.MasqBackend, ipt, newNFTMasq(d.opts.Netns, fams), d.log)
 }
 
 // noTracker returns the vxlan notrack rules in the masquerade rules'
 // backend (nil when off or not vxlan) after removing what either backend
 // holds that is not wanted: a node switched to host-gw, to the other
 // backend or to --vxlan-notrack=false keeps no stale exemption.
-func (d *Daemon) noTracker(ctx context.Context, ext *ExtIface) masquerader {
+func (d *Daemon) noTracker(ctx context.Context, ext *ExtIface, ipt *iptablesMasq) masquerader {
 	var fams []noTrackFamily
 	on := d.opts.VXLANNoTrack && d.cfg.Backend.Type == BackendVXLAN
 	if on {
 		fams = noTrackFamilies(d.cfg, ext)
 	}
 	return chooseMasquerader(ctx, on && len(fams) > 0, d.opts.MasqBackend,
-		newIPTablesNoTrack(newIPTablesMasq(d.iptables, nil), fams), newNFTNoTrack(d.opts.Netns, fams), d.log)
+		newIPTablesNoTrack(ipt, fams), newNFTNoTrack(d.opts.Netns, fams), d.log)
 }
 
 // chooseMasquerader returns ipt or nft as ipMasq and backend say (nil when

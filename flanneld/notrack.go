@@ -116,13 +116,13 @@ var noTrackHooks = []string{"PREROUTING", "OUTPUT"}
 // nothing when the kernel still shows what we last wrote). It shares the
 // masquerader's runners, so both use the backend detected once at start.
 type iptablesNoTrack struct {
-	runners  func(ctx context.Context, f iptables.Family) (iptables.Runner, error)
+	runner   func(ctx context.Context, f iptables.Family) (iptables.Runner, error)
 	families []noTrackFamily
 	last     map[iptables.Family]string
 }
 
 func newIPTablesNoTrack(m *iptablesMasq, families []noTrackFamily) *iptablesNoTrack {
-	return &iptablesNoTrack{runners: m.runner, families: families, last: map[iptables.Family]string{}}
+	return &iptablesNoTrack{runner: m.runner, families: families, last: map[iptables.Family]string{}}
 }
 
 // noTrackState is what of ours the raw table of one family holds.
@@ -158,7 +158,7 @@ func (m *iptablesNoTrack) Sync(ctx context.Context) (bool, error) {
 	changed := false
 	for _, f := range m.families {
 		fam := f.family()
-		r, err := m.runners(ctx, fam)
+		r, err := m.runner(ctx, fam)
 		if err != nil {
 			return changed, err
 		}
@@ -201,7 +201,7 @@ func (m *iptablesNoTrack) Cleanup(ctx context.Context) ([]string, error) {
 }
 
 func (m *iptablesNoTrack) cleanupFamily(ctx context.Context, fam iptables.Family) ([]string, error) {
-	r, err := m.runners(ctx, fam)
+	r, err := m.runner(ctx, fam)
 	if err != nil {
 		return nil, err
 	}
