@@ -161,61 +161,95 @@ func parseNetperf(out string) (float64, error) {
 	return 0, fmt.Errorf("no THROUGHPUT figure in netperf output %q", out)
 }
 
-// measure runs every test of every scenario o.runs times.
+// measure runs every test of every scenario o.runs times, in rounds: each
+// round runs every scenario and test once, so the runs of one figure are
+// minutes apart, not back to back. On a shared 2-CPU machine a burst of
+// background work (a kubelet's housekeeping, another tenant) lasts tens
+// of seconds: run back to back, all of one figure's runs fell into it and
+// the whole figure moved (session 18's report had three figures where
+// every nodenet run lay below every upstream run, each beside figures of
+// the same planes that did not move); spread over the rounds, a burst
+// costs one run of several figures, which the medians absorb.
+// Only figures with all their runs are returned.
 func (k *kcluster) measure(ctx context.Context, o options, plane string, scen []scenario) ([]report.Result, error) {
-	var res []report.Result
+	var figs []*figure
 	for _, s := range scen {
 		for _, t := range netperfTests {
-			r := report.Result{Dataplane: plane, Scenario: s.name, Test: t.name, Unit: t.unit}
-			runs := func() error {
-				for i := 0; i < o.runs; i++ {
-					v, err := k.netperf(ctx, s, t.name, o.seconds, o.cpuBind)
-					if err != nil {
-						return fmt.Errorf("%s, %s, %s: %w", plane, s.name, t.name, err)
-					}
-					r.Values = append(r.Values, v)
-					if s.pair != nil {
-						pv, err := k.netperf(ctx, *s.pair, t.name, o.seconds, o.cpuBind)
-						if err != nil {
-							return fmt.Errorf("%s, %s beside %s, %s: %w", plane, s.pair.name, s.name, t.name, err)
-						}
-						r.Paired = append(r.Paired, pv)
-					}
-				}
-				return nil
-			}
-			// What nodenet's host routing programs did with the runs'
-			// packets, on the client's and the server's nodes.
-			if k.hostRouting == "ebpf" && strings.HasPrefix(plane, nodenetName+" ") && len(s.nodes) > 0 {
-				inner := runs
-				runs = func() (err error) {
-					r.HostRouting, err = watchCounters(ctx, s.nodes, hostRoutingOutcomes, hostRoutingCounts, inner)
-					return err
-				}
-			}
-			var err error
-			if t.name == "TCP_CRR" && len(s.nodes) > 0 {
-				r.Conntrack, err = watchCounters(ctx, s.nodes, conntrackCounters, conntrackStats, runs)
-			} else {
-				err = runs()
-			}
-			if err != nil {
-				return res, err
-			}
-			if len(r.Conntrack) > 0 {
-				k.p.note("%-28s %-22s %-10s conntrack: %s", plane, s.name, t.name, strings.Join(r.Conntrack, "; "))
-			}
-			if len(r.HostRouting) > 0 {
-				k.p.note("%-28s %-22s %-10s host routing: %s", plane, s.name, t.name, strings.Join(r.HostRouting, "; "))
-			}
-			k.p.note("%-28s %-22s %-10s median %s %s (runs %v)", plane, s.name, t.name, strconv.FormatFloat(report.Median(r.Values), 'f', 1, 64), t.unit, r.Values)
-			if len(r.Paired) > 0 {
-				k.p.note("%-28s %-22s %-10s %s beside each run: %v; median ratio %.0f%%", plane, s.name, t.name, s.pair.name, r.Paired, 100*r.PairedRatio())
-			}
-			res = append(res, r)
+			figs = append(figs, &figure{s: s, r: report.Result{Dataplane: plane, Scenario: s.name, Test: t.name, Unit: t.unit},
+				conntrack: counterTally{}, hostRouting: counterTally{}})
 		}
 	}
-	return res, nil
+	// What nodenet's host routing programs did with the runs' packets,
+	// on the client's and the server's nodes.
+	watchHostRouting := k.hostRouting == "ebpf" && strings.HasPrefix(plane, nodenetName+" ")
+	var err error
+rounds:
+	for i := 0; i < o.runs; i++ {
+		for _, f := range figs {
+			if err = k.runOnce(ctx, o, f, watchHostRouting); err != nil {
+				break rounds
+			}
+		}
+	}
+	var res []report.Result
+	for _, f := range figs {
+		if len(f.r.Values) < o.runs {
+			continue
+		}
+		r := f.r
+		r.Conntrack = f.conntrack.lines(conntrackCounters)
+		r.HostRouting = f.hostRouting.lines(hostRoutingOutcomes)
+		if len(r.Conntrack) > 0 {
+			k.p.note("%-28s %-22s %-10s conntrack: %s", plane, r.Scenario, r.Test, strings.Join(r.Conntrack, "; "))
+		}
+		if len(r.HostRouting) > 0 {
+			k.p.note("%-28s %-22s %-10s host routing: %s", plane, r.Scenario, r.Test, strings.Join(r.HostRouting, "; "))
+		}
+		k.p.note("%-28s %-22s %-10s median %s %s (runs %v)", plane, r.Scenario, r.Test, strconv.FormatFloat(report.Median(r.Values), 'f', 1, 64), r.Unit, r.Values)
+		if len(r.Paired) > 0 {
+			k.p.note("%-28s %-22s %-10s %s beside each run: %v; median ratio %.0f%%", plane, r.Scenario, r.Test, f.s.pair.name, r.Paired, 100*r.PairedRatio())
+		}
+		res = append(res, r)
+	}
+	return res, err
+}
+
+// figure is one scenario and test of a plane while its runs are measured.
+type figure struct {
+	s                      scenario
+	r                      report.Result
+	conntrack, hostRouting counterTally
+}
+
+// runOnce runs f's test once (and its pair's right after), watching the
+// counters its scenario's nodes keep: conntrack's for TCP_CRR, the host
+// routing programs' if watchHostRouting.
+func (k *kcluster) runOnce(ctx context.Context, o options, f *figure, watchHostRouting bool) error {
+	run := func() error {
+		v, err := k.netperf(ctx, f.s, f.r.Test, o.seconds, o.cpuBind)
+		if err != nil {
+			return fmt.Errorf("%s, %s, %s: %w", f.r.Dataplane, f.s.name, f.r.Test, err)
+		}
+		f.r.Values = append(f.r.Values, v)
+		if f.s.pair == nil {
+			return nil
+		}
+		pv, err := k.netperf(ctx, *f.s.pair, f.r.Test, o.seconds, o.cpuBind)
+		if err != nil {
+			return fmt.Errorf("%s, %s beside %s, %s: %w", f.r.Dataplane, f.s.pair.name, f.s.name, f.r.Test, err)
+		}
+		f.r.Paired = append(f.r.Paired, pv)
+		return nil
+	}
+	if watchHostRouting && len(f.s.nodes) > 0 {
+		inner := run
+		run = func() error { return f.hostRouting.watch(ctx, f.s.nodes, hostRoutingCounts, inner) }
+	}
+	if f.r.Test == "TCP_CRR" && len(f.s.nodes) > 0 {
+		inner := run
+		run = func() error { return f.conntrack.watch(ctx, f.s.nodes, conntrackStats, inner) }
+	}
+	return run()
 }
 
 // bench measures, for each backend of o.backends on a fresh cluster, every

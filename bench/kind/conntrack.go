@@ -78,33 +78,53 @@ func growth(node string, counters []string, before, after map[string]int) string
 	return node + ": " + strings.Join(parts, ", ")
 }
 
-// watchCounters runs run between two readings of each node's counters
-// (read) and returns what grew of the counters named, one entry per node
-// in name order ("" entries dropped).
-func watchCounters(ctx context.Context, nodes []string, counters []string,
-	read func(ctx context.Context, node string) (map[string]int, error), run func() error) ([]string, error) {
+// counterTally is, per node, how much each counter grew over the runs
+// watched so far.
+type counterTally map[string]map[string]int
+
+// watch runs run between two readings of each node's counters (read) and
+// adds what they grew by to t.
+func (t counterTally) watch(ctx context.Context, nodes []string,
+	read func(ctx context.Context, node string) (map[string]int, error), run func() error) error {
 	before := map[string]map[string]int{}
 	for _, n := range nodes {
 		s, err := read(ctx, n)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		before[n] = s
 	}
 	if err := run(); err != nil {
-		return nil, err
+		return err
 	}
-	var grew []string
-	sorted := append([]string(nil), nodes...)
-	sort.Strings(sorted)
-	for _, n := range sorted {
+	for _, n := range nodes {
 		after, err := read(ctx, n)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		if g := growth(n, counters, before[n], after); g != "" {
+		if t[n] == nil {
+			t[n] = map[string]int{}
+		}
+		for c, v := range after {
+			t[n][c] += v - before[n][c]
+		}
+	}
+	return nil
+}
+
+// lines is what grew of the counters named, one entry per node in name
+// order ("node: a +12, b +3"; nodes where none grew left out).
+func (t counterTally) lines(counters []string) []string {
+	nodes := make([]string, 0, len(t))
+	for n := range t {
+		nodes = append(nodes, n)
+	}
+	sort.Strings(nodes)
+	var grew []string
+	for _, n := range nodes {
+		if g := growth(n, counters, nil, t[n]); g != "" {
 			grew = append(grew, g)
 		}
 	}
-	return grew, nil
+	return grew
 }

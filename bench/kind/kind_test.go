@@ -536,36 +536,120 @@ go_goroutines 12
 	}
 }
 
-// watchCounters reads every node before and after the run and reports,
-// per node in name order, the named counters that grew.
-func TestWatchCounters(t *testing.T) {
+// A counterTally reads every node before and after each run and sums,
+// per node in name order, the named counters that grew over the runs.
+func TestCounterTally(t *testing.T) {
+	// Readings as a table is clearer than arithmetic: reading i of a node.
+	table := map[string][]map[string]int{
+		"a": {{"forwarded": 10}, {"forwarded": 30, "nat": 2}, {"forwarded": 30, "nat": 2}, {"forwarded": 50, "nat": 2}, {"forwarded": 50, "nat": 2}},
+		"b": {{"forwarded": 10, "not_pods": 5}, {"forwarded": 10, "not_pods": 50}, {"forwarded": 10, "not_pods": 50}, {"forwarded": 10, "not_pods": 90}},
+	}
 	reads := map[string]int{}
-	read := func(_ context.Context, node string) (map[string]int, error) {
+	readTable := func(_ context.Context, node string) (map[string]int, error) {
+		r := table[node][reads[node]]
 		reads[node]++
-		if reads[node] == 1 {
-			return map[string]int{"forwarded": 10, "not_pods": 5}, nil
-		}
-		if node == "b" {
-			return map[string]int{"forwarded": 10, "not_pods": 50}, nil
-		}
-		return map[string]int{"forwarded": 30, "nat": 2, "not_pods": 50}, nil
+		return r, nil
 	}
-	ran := false
-	got, err := watchCounters(context.Background(), []string{"b", "a"}, hostRoutingOutcomes, read, func() error {
-		ran = true
-		if reads["a"] != 1 || reads["b"] != 1 {
-			t.Errorf("the run started before every node was read: %v", reads)
+	tally := counterTally{}
+	for run := 1; run <= 2; run++ {
+		ran := false
+		err := tally.watch(context.Background(), []string{"b", "a"}, readTable, func() error {
+			ran = true
+			if reads["a"] != 2*run-1 || reads["b"] != 2*run-1 {
+				t.Errorf("run %d started before every node was read: %v", run, reads)
+			}
+			return nil
+		})
+		if err != nil || !ran {
+			t.Fatalf("run %d: err %v, ran %v", run, err, ran)
 		}
-		return nil
-	})
-	if err != nil || !ran {
-		t.Fatalf("err %v, ran %v", err, ran)
 	}
-	if strings.Join(got, "; ") != "a: forwarded +20, nat +2" {
-		t.Errorf("growth %q (not_pods is not reported; b grew in nothing reported)", got)
+	if got := strings.Join(tally.lines(hostRoutingOutcomes), "; "); got != "a: forwarded +40, nat +2" {
+		t.Errorf("growth %q, want a's over both runs (not_pods is not reported; b grew in nothing reported)", got)
 	}
-	if _, err := watchCounters(context.Background(), []string{"a"}, nil, read, func() error { return errors.New("boom") }); err == nil {
+	if err := tally.watch(context.Background(), []string{"a"}, readTable, func() error { return errors.New("boom") }); err == nil {
 		t.Error("a failed run's error was dropped")
+	}
+}
+
+// measure runs in rounds: every figure once per round, so no figure's
+// runs are back to back; a pair runs right after each run of its
+// scenario; a failure keeps only the figures whose runs all finished.
+func TestMeasureRunsInRounds(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "calls")
+	fail := filepath.Join(dir, "fail-after")
+	// A kubectl that logs the host and test of each netperf and prints
+	// a figure; it fails from the call numbered in fail-after on.
+	script := `#!/bin/sh
+n=$(($(wc -l < ` + log + ` 2>/dev/null || echo 0) + 1))
+host=""; test=""
+while [ $# -gt 0 ]; do
+  case "$1" in -H) host=$2; shift;; -t) test=$2; shift;; esac
+  shift
+done
+echo "$host $test" >> ` + log + `
+if [ -f ` + fail + ` ] && [ $n -ge $(cat ` + fail + `) ]; then echo "netperf: connection refused" >&2; exit 1; fi
+echo $n
+`
+	kubectl := filepath.Join(dir, "kubectl")
+	if err := os.WriteFile(kubectl, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	k := &kcluster{p: newProgress(&out), b: built{kubectl: kubectl}, kubeconfig: filepath.Join(dir, "kubeconfig")}
+	base := scenario{name: "node-node", host: "B"}
+	scen := []scenario{{name: "same", host: "A"}, {name: "across", host: "X", pair: &base}}
+	o := options{runs: 2, seconds: 1}
+	res, err := k.measure(context.Background(), o, "plane", scen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for round := 0; round < 2; round++ {
+		for _, h := range []string{"A", "X"} {
+			for _, tt := range netperfTests {
+				want = append(want, h+" "+tt.name)
+				if h == "X" {
+					want = append(want, "B "+tt.name)
+				}
+			}
+		}
+	}
+	if got := strings.Fields(strings.ReplaceAll(string(calls), " ", "_")); strings.Join(got, ",") != strings.ReplaceAll(strings.Join(want, ","), " ", "_") {
+		t.Errorf("netperf calls in order\n%s\nwant\n%s", calls, strings.Join(want, "\n"))
+	}
+	if len(res) != 2*len(netperfTests) {
+		t.Fatalf("%d results, want %d", len(res), 2*len(netperfTests))
+	}
+	// Call n prints n: the first figure (same, TCP_STREAM) ran as calls 1
+	// and 13 (4 + 8 calls per round); its first pair (across, TCP_STREAM)
+	// as 5 + 6 and 17 + 18.
+	if v := res[0].Values; len(v) != 2 || v[0] != 1 || v[1] != 13 {
+		t.Errorf("same TCP_STREAM runs %v, want [1 13]", v)
+	}
+	if r := res[len(netperfTests)]; r.Scenario != "across" || fmt.Sprint(r.Values, r.Paired) != "[5 17] [6 18]" {
+		t.Errorf("across %s runs %v paired %v, want [5 17] [6 18]", r.Test, r.Values, r.Paired)
+	}
+
+	// A failure in the second round: no figure has both runs but those
+	// before it.
+	if err := os.Remove(log); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(fail, []byte("15\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err = k.measure(context.Background(), o, "plane", scen)
+	if err == nil || !strings.Contains(err.Error(), "connection refused") {
+		t.Fatalf("err %v, want netperf's failure", err)
+	}
+	if len(res) != 2 || res[0].Test != "TCP_STREAM" || res[1].Test != "TCP_RR" || res[0].Scenario != "same" {
+		t.Errorf("results after the failure %+v, want same's TCP_STREAM and TCP_RR only", res)
 	}
 }
 
