@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
@@ -38,6 +39,7 @@ const (
 	tputRTs     = 2000 // measured TCP request/response round trips
 	tputWarmup  = 200  // unmeasured round trips first (neighbours, caches)
 	tputPort    = 5201 // iperf3's default port
+	tputCRRTime = 3 * time.Second
 )
 
 // tputResult is one variant's data path: iperf3 throughput and the
@@ -47,11 +49,14 @@ type tputResult struct {
 	Retrans int     // end.sum_sent.retransmits
 	RTT     Latency
 	UDPRTT  Latency
+	// ConnPerSec: TCP connections per second, each dialled, one byte
+	// each way, closed (netperf TCP_CRR style), one at a time.
+	ConnPerSec float64
 }
 
 func (r tputResult) String() string {
-	return fmt.Sprintf("%.2f Gbit/s (%d retransmits), TCP 1-byte RR p50 %.1fµs p99 %.1fµs (n=%d), UDP p50 %.1fµs p99 %.1fµs",
-		r.Gbps, r.Retrans, us(r.RTT.P50), us(r.RTT.P99), r.RTT.N, us(r.UDPRTT.P50), us(r.UDPRTT.P99))
+	return fmt.Sprintf("%.2f Gbit/s (%d retransmits), TCP 1-byte RR p50 %.1fµs p99 %.1fµs (n=%d), UDP p50 %.1fµs p99 %.1fµs, %.0f conn/s",
+		r.Gbps, r.Retrans, us(r.RTT.P50), us(r.RTT.P99), r.RTT.N, us(r.UDPRTT.P50), us(r.UDPRTT.P99), r.ConnPerSec)
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
@@ -67,6 +72,17 @@ func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond)
 // CNI plugin does, and "-ebpf" runs flanneld with --host-routing=ebpf
 // (routes/hostrouting) on that layout.
 //
+// "-notrack" runs flanneld with --vxlan-notrack (the command's default):
+// the tunnel's own UDP packets skip conntrack, saving two outer entries
+// per pod connection (each inner flow draws its outer source port from
+// its hash). On the machine of session 19 the connection rate is set by
+// socket set-up and teardown (about 200 µs a connection, beside a 10 µs
+// round trip: veth alone made 5,100/s, vxlan 4,950–5,030/s with or
+// without the flag), so the two variants differ within the noise of one
+// run; compare them over several (-count):
+//
+//	go test ./bench -run '^$' -bench 'FlanneldThroughput/vxlan-bridge-ebpf' -benchtime 1x -count 5
+//
 // Two limits run first so the others can report their ratio to them
 // (filtering them out drops the ratios): "veth", two pod namespaces joined
 // directly by one veth pair (no nodes, no routing), and "node", node 1's
@@ -77,7 +93,9 @@ func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond)
 // namespace against `iperf3 -s -1` in the other (end.sum_received); latency
 // is a Go request/response of 1 byte each way over one TCP connection
 // (netperf TCP_RR style) and over one connected UDP socket pair (UDP_RR),
-// 2000 round trips each after 200 unmeasured ones, reported as p50/p99. Everything (processes, daemons, API server,
+// 2000 round trips each after 200 unmeasured ones, reported as p50/p99;
+// the connection rate is 3 s of connect, 1 byte each way, close, one
+// connection at a time (TCP_CRR style). Everything (processes, daemons, API server,
 // namespaces) is torn down when each sub-benchmark ends. Run with
 // -benchtime=1x.
 func BenchmarkFlanneldThroughput(b *testing.B) {
@@ -99,6 +117,7 @@ func BenchmarkFlanneldThroughput(b *testing.B) {
 		{name: "vxlan-on", backend: "vxlan", txCsum: "on"},
 		{name: "vxlan-auto", backend: "vxlan", txCsum: "auto"},
 		{name: "vxlan-bridge-ebpf", backend: "vxlan", bridge: true, hostRouting: flanneld.HostRoutingEBPF},
+		{name: "vxlan-bridge-ebpf-notrack", backend: "vxlan", bridge: true, hostRouting: flanneld.HostRoutingEBPF, noTrack: true},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			if v.backend != "" {
@@ -119,6 +138,7 @@ func BenchmarkFlanneldThroughput(b *testing.B) {
 			b.ReportMetric(us(res.RTT.P99), "rtt-p99-µs")
 			b.ReportMetric(us(res.UDPRTT.P50), "udp-rtt-p50-µs")
 			b.ReportMetric(float64(res.Retrans), "retransmits")
+			b.ReportMetric(res.ConnPerSec, "conn/s")
 			if v.name == "veth" || v.name == "node" {
 				limits[v.name] = &res
 				return
@@ -132,9 +152,10 @@ func BenchmarkFlanneldThroughput(b *testing.B) {
 				b.ReportMetric(res.Gbps/limit.Gbps, "tput-x-"+l)
 				b.ReportMetric(float64(res.RTT.P50)/float64(limit.RTT.P50), "p50-x-"+l)
 				b.ReportMetric(float64(res.UDPRTT.P50)/float64(limit.UDPRTT.P50), "udp-p50-x-"+l)
-				b.Logf("%s vs %s: %.0f%% of the throughput, TCP p50 RTT ×%.2f, p99 ×%.2f, UDP p50 ×%.2f, p99 ×%.2f", v.name, l,
+				b.ReportMetric(res.ConnPerSec/limit.ConnPerSec, "conn-x-"+l)
+				b.Logf("%s vs %s: %.0f%% of the throughput, TCP p50 RTT ×%.2f, p99 ×%.2f, UDP p50 ×%.2f, p99 ×%.2f, %.0f%% of the connection rate", v.name, l,
 					100*res.Gbps/limit.Gbps, float64(res.RTT.P50)/float64(limit.RTT.P50), float64(res.RTT.P99)/float64(limit.RTT.P99),
-					float64(res.UDPRTT.P50)/float64(limit.UDPRTT.P50), float64(res.UDPRTT.P99)/float64(limit.UDPRTT.P99))
+					float64(res.UDPRTT.P50)/float64(limit.UDPRTT.P50), float64(res.UDPRTT.P99)/float64(limit.UDPRTT.P99), 100*res.ConnPerSec/limit.ConnPerSec)
 			}
 		})
 	}
@@ -142,10 +163,11 @@ func BenchmarkFlanneldThroughput(b *testing.B) {
 
 // tputVariant is one data path: a backend ("" is the bare veth limit),
 // the vxlan TX checksum setting, how the pods are wired, flanneld's
-// --host-routing, or (nodes) node to node instead of pod to pod.
+// --host-routing and --vxlan-notrack, or (nodes) node to node instead of
+// pod to pod.
 type tputVariant struct {
 	name, backend, txCsum, hostRouting string
-	bridge, nodes                      bool
+	bridge, nodes, noTrack             bool
 }
 
 // runThroughput builds the variant's topology, measures it and leaves the
@@ -164,12 +186,14 @@ func runThroughput(b *testing.B, v tputVariant) tputResult {
 	}
 	rr := tputEchoServer(b, server, dst)
 	udp := tputUDPEchoServer(b, server, dst)
+	crr := tputCRRServer(b, server, dst)
 	b.StartTimer()
 	rtt := tputRoundTrips(b, client, rr)
 	udpRTT := tputUDPRoundTrips(b, client, udp)
+	conns := tputConnRate(b, client, crr)
 	gbps, retrans := tputIperf3(b, client, server, dst)
 	b.StopTimer()
-	return tputResult{Gbps: gbps, Retrans: retrans, RTT: rtt, UDPRTT: udpRTT}
+	return tputResult{Gbps: gbps, Retrans: retrans, RTT: rtt, UDPRTT: udpRTT, ConnPerSec: conns}
 }
 
 // tputMade lists the namespaces the running sub-benchmark created.
@@ -265,6 +289,7 @@ func tputCluster(b *testing.B, v tputVariant) (*nettest.NS, *nettest.NS, netip.A
 			InstallCNIConf:            filepath.Join(nd.dir, "net.d", "10-nodenet.conflist"),
 			SetNodeNetworkUnavailable: true,
 			HostRouting:               v.hostRouting,
+			VXLANNoTrack:              v.noTrack,
 			ResyncPeriod:              2 * time.Second,
 			MinSyncPeriod:             10 * time.Millisecond,
 			Logger:                    testapi.Logger().With("node", nd.name),
@@ -429,6 +454,162 @@ func tputRoundTrips(b *testing.B, ns *nettest.NS, addr string) Latency {
 		}
 	}
 	return Summarize(rt)
+}
+
+// tputConnRate is TCP connections per second from inside ns to the echo
+// server at addr over tputCRRTime: connect, one byte each way, close, one
+// at a time. Blocking system calls on the namespace's locked thread, as
+// netperf's TCP_CRR makes them, against tputCRRServer: through net.Dial
+// and a Go server, the runtime's own work per connection (poller
+// registration, goroutine wake-ups) cost more than the whole data path,
+// and the rate barely moved with it. The path is up already
+// (tputRoundTrips ran first).
+func tputConnRate(b *testing.B, ns *nettest.NS, addr string) float64 {
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil || !ap.Addr().Is4() {
+		b.Fatalf("echo server address %q: want IPv4 addr:port (%v)", addr, err)
+	}
+	sa := &unix.SockaddrInet4{Addr: ap.Addr().As4(), Port: int(ap.Port())}
+	tv := unix.Timeval{Sec: 1} // a lost packet fails the run, not hangs it
+	buf := []byte{'x'}
+	n := 0
+	start := time.Now()
+	one := func() error {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+			return err
+		}
+		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv); err != nil {
+			return err
+		}
+		if err := connectEINTR(fd, sa); err != nil {
+			return fmt.Errorf("connect: %w", err)
+		}
+		if _, err := retryEINTR(func() (int, error) { return unix.Write(fd, buf) }); err != nil {
+			return fmt.Errorf("write: %w", err)
+		}
+		if r, err := retryEINTR(func() (int, error) { return unix.Read(fd, buf) }); err != nil || r != 1 {
+			return fmt.Errorf("read: %d bytes, %v", r, err)
+		}
+		return nil
+	}
+	err = ns.Do(func() error {
+		for time.Since(start) < tputCRRTime {
+			if err := one(); err != nil {
+				return fmt.Errorf("connection %d: %w", n+1, err)
+			}
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		b.Fatalf("connection rate from %s to %s: %v", ns.Name(), addr, err)
+	}
+	return float64(n) / time.Since(start).Seconds()
+}
+
+// tputCRRServer listens on ip:0 inside ns for tputConnRate and serves
+// one connection at a time with blocking system calls: accept, echo one
+// byte, wait for the client's close, close. It returns the address to
+// connect to; it stops in cleanup.
+func tputCRRServer(b *testing.B, ns *nettest.NS, ip netip.Addr) string {
+	if !ip.Is4() {
+		b.Fatalf("tputCRRServer: %s is not IPv4", ip)
+	}
+	var lfd int
+	var port int
+	if err := ns.Do(func() (err error) {
+		// The socket stays in ns: accepting on another thread is fine.
+		if lfd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0); err != nil {
+			return err
+		}
+		if err := unix.Bind(lfd, &unix.SockaddrInet4{Addr: ip.As4()}); err != nil {
+			return err
+		}
+		if err := unix.Listen(lfd, 128); err != nil {
+			return err
+		}
+		sa, err := unix.Getsockname(lfd)
+		if err != nil {
+			return err
+		}
+		port = sa.(*unix.SockaddrInet4).Port
+		return nil
+	}); err != nil {
+		b.Fatalf("connection-rate server in %s: %v", ns.Name(), err)
+	}
+	tv := unix.Timeval{Sec: 1} // a vanished client does not hold the loop
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		buf := make([]byte, 1)
+		for {
+			fd, _, err := unix.Accept4(lfd, unix.SOCK_CLOEXEC)
+			if err == unix.EINTR || err == unix.ECONNABORTED {
+				continue
+			}
+			if err != nil {
+				return // cleanup shut the listener down
+			}
+			unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+			if n, err := retryEINTR(func() (int, error) { return unix.Read(fd, buf) }); err == nil && n == 1 {
+				if _, err := retryEINTR(func() (int, error) { return unix.Write(fd, buf) }); err == nil {
+					retryEINTR(func() (int, error) { return unix.Read(fd, buf) }) // the client's FIN
+				}
+			}
+			unix.Close(fd)
+		}
+	}()
+	b.Cleanup(func() {
+		unix.Shutdown(lfd, unix.SHUT_RDWR) // wakes the blocked accept
+		<-done
+		unix.Close(lfd)
+	})
+	return netip.AddrPortFrom(ip, uint16(port)).String()
+}
+
+// The Go runtime's preemption signal interrupts blocking system calls
+// (EINTR). A read or write is simply made again; a connect goes on in the
+// kernel, so connectEINTR waits for it to finish and reads its outcome.
+func retryEINTR(call func() (int, error)) (int, error) {
+	for {
+		n, err := call()
+		if err != unix.EINTR {
+			return n, err
+		}
+	}
+}
+
+func connectEINTR(fd int, sa unix.Sockaddr) error {
+	err := unix.Connect(fd, sa)
+	if err != unix.EINTR {
+		return err
+	}
+	for {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+		n, err := unix.Poll(fds, 1000)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return fmt.Errorf("connection not established after 1s")
+		}
+		soerr, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
+		if err != nil {
+			return err
+		}
+		if soerr != 0 {
+			return unix.Errno(soerr)
+		}
+		return nil
+	}
 }
 
 // tputUDPEchoServer answers every datagram on ip:0 inside ns with its
