@@ -76,8 +76,8 @@ func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond)
 // the tunnel's own UDP packets skip conntrack, saving two outer entries
 // per pod connection (each inner flow draws its outer source port from
 // its hash). On the machine of session 19 the connection rate is set by
-// socket set-up and teardown (about 200 µs a connection, beside a 10 µs
-// round trip: veth alone made 5,100/s, vxlan 4,950–5,030/s with or
+// socket set-up and teardown (about 200 µs a connection, beside a 5–10 µs
+// round trip: veth alone made about 5,150/s, vxlan 4,960–5,030/s with or
 // without the flag), so the two variants differ within the noise of one
 // run; compare them over several (-count):
 //
@@ -458,11 +458,10 @@ func tputRoundTrips(b *testing.B, ns *nettest.NS, addr string) Latency {
 
 // tputConnRate is TCP connections per second from inside ns to the echo
 // server at addr over tputCRRTime: connect, one byte each way, close, one
-// at a time. Blocking system calls on the namespace's locked thread, as
-// netperf's TCP_CRR makes them, against tputCRRServer: through net.Dial
-// and a Go server, the runtime's own work per connection (poller
-// registration, goroutine wake-ups) cost more than the whole data path,
-// and the rate barely moved with it. The path is up already
+// at a time, with blocking system calls on the namespace's locked thread
+// against tputCRRServer, as netperf's TCP_CRR makes them (through
+// net.Dial, the Go runtime's poller added its own work to each
+// connection: about 2 % fewer a second). The path is up already
 // (tputRoundTrips ran first).
 func tputConnRate(b *testing.B, ns *nettest.NS, addr string) float64 {
 	ap, err := netip.ParseAddrPort(addr)
