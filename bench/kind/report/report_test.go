@@ -167,6 +167,40 @@ func TestMissesWithinTheRunsRanges(t *testing.T) {
 	}
 }
 
+// Beside the misses, the report gives the spread of nodenet's own planes
+// on a path no proxy mode touches; and beside the TCP_CRR factor, the
+// factor of the same plane's pod → pod across nodes (the ceiling).
+func TestYardsticks(t *testing.T) {
+	r := func(plane, scenario, test string, v ...float64) Result {
+		return Result{Dataplane: plane, Scenario: scenario, Test: test, Unit: "trans/s", Values: v}
+	}
+	d := Data{Results: []Result{
+		r("nodenet host-gw iptables", "pod-pod same node", "TCP_RR", 100, 100, 100),
+		r("nodenet host-gw nftables", "pod-pod same node", "TCP_RR", 108, 108, 108),
+		r("nodenet host-gw ebpf", "pod-pod same node", "TCP_RR", 104, 104, 104),
+		r("nodenet vxlan iptables", "pod-pod same node", "TCP_RR", 50, 50, 50), // another backend: not compared with host-gw
+		r("nodenet vxlan nftables", "pod-pod same node", "TCP_RR", 52, 52, 52),
+		r("upstream host-gw iptables", "pod-pod same node", "TCP_RR", 101, 101, 101),
+		r("nodenet host-gw ebpf", "pod-ClusterIP-pod", "TCP_CRR", 700, 700, 700),
+		r("nodenet host-gw ebpf", "pod-pod across nodes", "TCP_CRR", 750, 750, 750),
+		r("upstream host-gw iptables", "pod-ClusterIP-pod", "TCP_CRR", 600, 600, 600),
+	}}
+	out := Targets(d)
+	for _, want := range []string{
+		"differ by up to 8% between one another on pod-pod same node (largest max/min of their medians: host-gw TCP_RR)",
+		"host-gw: 1.17× (700 vs 600 trans/s): not met; pod → pod across nodes on this plane, the same connection without a Service and so the most any proxy could reach, is 1.25× (750 trans/s)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("lacks %q:\n%s", want, out)
+		}
+	}
+	// Every comparison met: no yardstick needed.
+	d.Results[5].Values = []float64{90, 90, 90}
+	if out := Targets(d); strings.Contains(out, "For scale") {
+		t.Errorf("a yardstick without misses:\n%s", out)
+	}
+}
+
 func TestSharePercentNeverRoundsUpToTheLimit(t *testing.T) {
 	for v, want := range map[float64]string{0.94998: "94.9%", 0.95: "95%", 0.9612: "96%", 0.9449: "94%", 1.2: "120%"} {
 		if got := sharePercent(v, 0.95); got != want {
