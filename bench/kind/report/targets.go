@@ -52,15 +52,8 @@ func Targets(d Data) string {
 	}
 
 	// 1. nodenet ≥ upstream, same backend and mode, every scenario/test.
-	// Each plane is measured minutes after the other, and the machine's
-	// own speed drifts between them: the node-to-node runs each plane
-	// took beside its pod → pod runs show it (session 19: 4,547 Mbit/s
-	// beside one plane, 4,809 beside the next, same cluster). Where both
-	// planes have them, their figures are compared as shares of their
-	// own node-to-node runs (planeSpeed); the raw medians' count is given
-	// too.
-	b.WriteString("**nodenet ≥ upstream in every scenario** (same backend and proxy mode, same run")
-	var met, rawMet, total, otherRun, inNoise, corrected int
+	b.WriteString("**nodenet ≥ upstream in every scenario** (same backend and proxy mode, same run):")
+	var met, total, otherRun, inNoise int
 	var misses []string
 	for _, name := range planes {
 		n, ok := parsePlane(name)
@@ -81,50 +74,29 @@ func Targets(d Data) string {
 				}
 				total++
 				if nv >= uv {
-					rawMet++
-				}
-				nr, _ := d.find(n.String(), s, t)
-				ur, _ := d.find(u.String(), s, t)
-				nScale, uScale := 1.0, 1.0
-				ns, us := d.planeSpeed(n.String(), t), d.planeSpeed(u.String(), t)
-				if ns > 0 && us > 0 {
-					corrected++
-					nScale, uScale = 1/ns, 1/us
-				}
-				if nv*nScale >= uv*uScale {
 					met++
 					continue
 				}
-				overlap := slices.Max(nr.Values)*nScale >= slices.Min(ur.Values)*uScale
+				nr, _ := d.find(n.String(), s, t)
+				ur, _ := d.find(u.String(), s, t)
+				overlap := slices.Max(nr.Values) >= slices.Min(ur.Values)
 				if overlap {
 					inNoise++
 				}
-				raw := ""
-				if nScale != 1 || uScale != 1 {
-					raw = fmt.Sprintf(", raw medians %.0f%%", 100*nv/uv)
-				}
-				misses = append(misses, fmt.Sprintf("%s %s %s: %.0f%% of upstream%s%s", n, s, t, 100*(nv*nScale)/(uv*uScale), raw, rangesNote(overlap)))
+				misses = append(misses, fmt.Sprintf("%s %s %s: %.0f%% of upstream%s", n, s, t, 100*nv/uv, rangesNote(overlap)))
 			}
 		}
 	}
-	if corrected > 0 {
-		fmt.Fprintf(&b, "; %d of %d comparisons as shares of each plane's own node-to-node runs, taken beside its pod → pod across nodes runs, which takes out the machine's drift between the planes", corrected, total)
-	}
-	b.WriteString("):")
 	if otherRun > 0 {
 		fmt.Fprintf(&b, " (%d pairs not compared: measured in different runs)", otherRun)
-	}
-	rawNote := ""
-	if corrected > 0 {
-		rawNote = fmt.Sprintf("; on the raw medians %d of %d", rawMet, total)
 	}
 	switch {
 	case total == 0:
 		b.WriteString(" not judged: no nodenet and upstream planes with the same backend and mode ran in the same run.\n")
 	case met == total:
-		fmt.Fprintf(&b, " **met** (%d of %d comparisons%s).\n", met, total, rawNote)
+		fmt.Fprintf(&b, " **met** (%d of %d comparisons).\n", met, total)
 	default:
-		fmt.Fprintf(&b, " **not met**: %d of %d comparisons%s; below upstream (%d of these %d within the runs' noise: nodenet's best run at or above upstream's worst):\n", met, total, rawNote, inNoise, total-met)
+		fmt.Fprintf(&b, " **not met**: %d of %d comparisons; below upstream (%d of these %d within the runs' noise: nodenet's best run at or above upstream's worst):\n", met, total, inNoise, total-met)
 		for _, m := range misses {
 			fmt.Fprintf(&b, "  - %s\n", m)
 		}
@@ -238,22 +210,6 @@ func Targets(d Data) string {
 		}
 	}
 	return b.String()
-}
-
-// planeSpeed is the machine's speed while plane was measured, for test:
-// the median of the node-to-node runs taken beside the plane's runs
-// (Result.Paired); 0 if it has none.
-func (d Data) planeSpeed(plane, test string) float64 {
-	var v []float64
-	for _, r := range d.Results {
-		if r.Dataplane == plane && r.Test == test {
-			v = append(v, r.Paired...)
-		}
-	}
-	if len(v) == 0 {
-		return 0
-	}
-	return Median(v)
 }
 
 // planeNoise is a yardstick for the misses: how far apart nodenet's own
