@@ -77,7 +77,7 @@ func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond)
 // per pod connection (each inner flow draws its outer source port from
 // its hash). On the machine of session 19 the connection rate is set by
 // socket set-up and teardown (about 200 µs a connection, beside a 5–10 µs
-// round trip: veth alone made about 5,150/s, vxlan 4,960–5,030/s with or
+// round trip: veth alone made about 5,110/s, vxlan 4,990–5,020/s with or
 // without the flag), so the two variants differ within the noise of one
 // run; compare them over several (-count):
 //
@@ -186,11 +186,10 @@ func runThroughput(b *testing.B, v tputVariant) tputResult {
 	}
 	rr := tputEchoServer(b, server, dst)
 	udp := tputUDPEchoServer(b, server, dst)
-	crr := tputCRRServer(b, server, dst)
 	b.StartTimer()
 	rtt := tputRoundTrips(b, client, rr)
 	udpRTT := tputUDPRoundTrips(b, client, udp)
-	conns := tputConnRate(b, client, crr)
+	conns := tputConnRate(b, client, rr)
 	gbps, retrans := tputIperf3(b, client, server, dst)
 	b.StopTimer()
 	return tputResult{Gbps: gbps, Retrans: retrans, RTT: rtt, UDPRTT: udpRTT, ConnPerSec: conns}
@@ -402,7 +401,11 @@ func tputEchoServer(b *testing.B, ns *nettest.NS, ip netip.Addr) string {
 			conns = append(conns, c)
 			mu.Unlock()
 			wg.Add(1)
-			go func() { defer wg.Done(); io.Copy(c, c) }()
+			go func() {
+				defer wg.Done()
+				io.Copy(c, c)
+				c.Close() // at the client's close: tputConnRate's connections do not pile up in CLOSE_WAIT
+			}()
 		}
 	}()
 	b.Cleanup(func() {
@@ -458,11 +461,10 @@ func tputRoundTrips(b *testing.B, ns *nettest.NS, addr string) Latency {
 
 // tputConnRate is TCP connections per second from inside ns to the echo
 // server at addr over tputCRRTime: connect, one byte each way, close, one
-// at a time, with blocking system calls on the namespace's locked thread
-// against tputCRRServer, as netperf's TCP_CRR makes them (through
-// net.Dial, the Go runtime's poller added its own work to each
-// connection: about 2 % fewer a second). The path is up already
-// (tputRoundTrips ran first).
+// at a time, with blocking system calls on the namespace's locked thread,
+// as netperf's TCP_CRR makes them (through net.Dial, the Go runtime's
+// poller added its own work to each connection: about 2 % fewer a
+// second). The path is up already (tputRoundTrips ran first).
 func tputConnRate(b *testing.B, ns *nettest.NS, addr string) float64 {
 	ap, err := netip.ParseAddrPort(addr)
 	if err != nil || !ap.Addr().Is4() {
@@ -509,66 +511,6 @@ func tputConnRate(b *testing.B, ns *nettest.NS, addr string) float64 {
 		b.Fatalf("connection rate from %s to %s: %v", ns.Name(), addr, err)
 	}
 	return float64(n) / time.Since(start).Seconds()
-}
-
-// tputCRRServer listens on ip:0 inside ns for tputConnRate and serves
-// one connection at a time with blocking system calls: accept, echo one
-// byte, wait for the client's close, close. It returns the address to
-// connect to; it stops in cleanup.
-func tputCRRServer(b *testing.B, ns *nettest.NS, ip netip.Addr) string {
-	if !ip.Is4() {
-		b.Fatalf("tputCRRServer: %s is not IPv4", ip)
-	}
-	var lfd int
-	var port int
-	if err := ns.Do(func() (err error) {
-		// The socket stays in ns: accepting on another thread is fine.
-		if lfd, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0); err != nil {
-			return err
-		}
-		if err := unix.Bind(lfd, &unix.SockaddrInet4{Addr: ip.As4()}); err != nil {
-			return err
-		}
-		if err := unix.Listen(lfd, 128); err != nil {
-			return err
-		}
-		sa, err := unix.Getsockname(lfd)
-		if err != nil {
-			return err
-		}
-		port = sa.(*unix.SockaddrInet4).Port
-		return nil
-	}); err != nil {
-		b.Fatalf("connection-rate server in %s: %v", ns.Name(), err)
-	}
-	tv := unix.Timeval{Sec: 1} // a vanished client does not hold the loop
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		buf := make([]byte, 1)
-		for {
-			fd, _, err := unix.Accept4(lfd, unix.SOCK_CLOEXEC)
-			if err == unix.EINTR || err == unix.ECONNABORTED {
-				continue
-			}
-			if err != nil {
-				return // cleanup shut the listener down
-			}
-			unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
-			if n, err := retryEINTR(func() (int, error) { return unix.Read(fd, buf) }); err == nil && n == 1 {
-				if _, err := retryEINTR(func() (int, error) { return unix.Write(fd, buf) }); err == nil {
-					retryEINTR(func() (int, error) { return unix.Read(fd, buf) }) // the client's FIN
-				}
-			}
-			unix.Close(fd)
-		}
-	}()
-	b.Cleanup(func() {
-		unix.Shutdown(lfd, unix.SHUT_RDWR) // wakes the blocked accept
-		<-done
-		unix.Close(lfd)
-	})
-	return netip.AddrPortFrom(ip, uint16(port)).String()
 }
 
 // The Go runtime's preemption signal interrupts blocking system calls

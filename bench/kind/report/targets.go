@@ -100,7 +100,7 @@ func Targets(d Data) string {
 		for _, m := range misses {
 			fmt.Fprintf(&b, "  - %s\n", m)
 		}
-		if f := planeNoise(d, planes, median); f != "" {
+		if f := planeNoise(tests, planes, median); f != "" {
 			b.WriteString(f)
 		}
 	}
@@ -164,10 +164,6 @@ func Targets(d Data) string {
 	fmt.Fprintf(&b, "\n**TCP_CRR through a ClusterIP, nodenet ebpf ≥ %.1f× kube-proxy iptables**:", crrEBPFFactor)
 	judged := false
 	var crr []string
-	upRun := func(up string) int {
-		r, _ := d.find(up, crrScenario, "TCP_CRR")
-		return r.Run
-	}
 	for _, name := range planes {
 		n, ok := parsePlane(name)
 		if !ok || n.impl != "nodenet" || n.mode != "ebpf" {
@@ -188,7 +184,8 @@ func Targets(d Data) string {
 		// The Service's endpoint is on the other worker: pod → pod
 		// across nodes on the same plane is that connection without a
 		// Service, the most any proxy could give.
-		if cr, ok := d.find(name, "pod-pod across nodes", "TCP_CRR"); ok && cr.Run == upRun(up) {
+		ur, _ := d.find(up, crrScenario, "TCP_CRR")
+		if cr, ok := d.find(name, "pod-pod across nodes", "TCP_CRR"); ok && cr.Run == ur.Run {
 			cv := Median(cr.Values)
 			line += fmt.Sprintf("; pod → pod across nodes on this plane, the same connection without a Service and so the most any proxy could reach, is %.2f× (%s trans/s)", cv/uv, number(cv))
 		}
@@ -222,9 +219,8 @@ func Targets(d Data) string {
 // Not a correction: the node-to-node runs beside each plane looked like
 // one (the machine's speed while the plane ran), but they cross that
 // plane's own rules on the nodes, so they measure the data plane too.
-func planeNoise(d Data, planes []string, median func(p, s, t string) (float64, bool)) string {
+func planeNoise(tests, planes []string, median func(p, s, t string) (float64, bool)) string {
 	const path = "pod-pod same node"
-	tests, _, _ := d.order()
 	worst, where := 1.0, ""
 	for _, backend := range backends(planes) {
 		for _, t := range tests {
