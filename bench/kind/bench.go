@@ -48,40 +48,42 @@ var netperfTests = []struct{ name, unit string }{
 	{"TCP_STREAM", "Mbit/s"}, {"TCP_RR", "trans/s"}, {"TCP_CRR", "trans/s"}, {"UDP_RR", "trans/s"},
 }
 
-// benchWorkload: netserver pods on both workers (pod network), a client
-// pod on the first, host-network netservers and clients for the baseline
-// and the outside → NodePort scenario, and a NodePort Service in front of
-// the second worker's netserver.
-func benchWorkload() string {
+// benchWorkload: netserver pods on both of the side's workers (pod
+// network), a client pod on the first, host-network netservers and
+// clients for the baseline and the outside → NodePort scenario, and a
+// NodePort Service in front of the second worker's netserver.
+func benchWorkload(sd side) string {
 	img := benchImageRef
 	srv := func(port int) string {
 		return container("netserver", img, "netserver", "-D", "-p", strconv.Itoa(port)) +
 			container("iperf3", img, "iperf3", "-s", "-p", strconv.Itoa(port+1000))
 	}
-	return namespace(benchNS) +
-		pod(benchNS, "srv-a", workerNode, img, false, nil, srv(ctlPort)) +
-		pod(benchNS, "srv-b", worker2Node, img, false, map[string]string{"app": "srv-b"}, srv(ctlPort)) +
-		pod(benchNS, "cli-a", workerNode, img, false, nil, srv(ctlPort)) +
-		pod(benchNS, "host-b", worker2Node, img, true, nil, srv(hostCtlPort)) +
-		pod(benchNS, "host-a", workerNode, img, true, nil, srv(hostCtlPort+100)) +
-		pod(benchNS, "host-cp", cpNode, img, true, nil, srv(hostCtlPort+200)) +
-		fmt.Sprintf(`apiVersion: v1
+	m := namespace(benchNS) +
+		pod(benchNS, sd.name("srv-a"), sd.w1, img, false, nil, srv(ctlPort)) +
+		pod(benchNS, sd.name("srv-b"), sd.w2, img, false, map[string]string{"app": sd.name("srv-b")}, srv(ctlPort)) +
+		pod(benchNS, sd.name("cli-a"), sd.w1, img, false, nil, srv(ctlPort)) +
+		pod(benchNS, sd.name("host-b"), sd.w2, img, true, nil, srv(hostCtlPort)) +
+		pod(benchNS, sd.name("host-a"), sd.w1, img, true, nil, srv(hostCtlPort+100))
+	if sd.outside {
+		m += pod(benchNS, "host-cp", cpNode, img, true, nil, srv(hostCtlPort+200))
+	}
+	return m + fmt.Sprintf(`apiVersion: v1
 kind: Service
 metadata:
-  name: srv-b
+  name: %s
   namespace: %s
 spec:
   type: NodePort
   selector:
-    app: srv-b
+    app: %[1]s
   ports:
-  - {name: ctl, port: %d, targetPort: %d, nodePort: %d, protocol: TCP}
-  - {name: svc-data, port: %[5]d, targetPort: %[5]d, nodePort: %[5]d, protocol: TCP}
-  - {name: svc-data-udp, port: %[5]d, targetPort: %[5]d, nodePort: %[5]d, protocol: UDP}
-  - {name: np-data, port: %[6]d, targetPort: %[6]d, nodePort: %[6]d, protocol: TCP}
-  - {name: np-data-udp, port: %[6]d, targetPort: %[6]d, nodePort: %[6]d, protocol: UDP}
+  - {name: ctl, port: %[3]d, targetPort: %[4]d, nodePort: %[5]d, protocol: TCP}
+  - {name: svc-data, port: %[6]d, targetPort: %[6]d, nodePort: %[6]d, protocol: TCP}
+  - {name: svc-data-udp, port: %[6]d, targetPort: %[6]d, nodePort: %[6]d, protocol: UDP}
+  - {name: np-data, port: %[7]d, targetPort: %[7]d, nodePort: %[7]d, protocol: TCP}
+  - {name: np-data-udp, port: %[7]d, targetPort: %[7]d, nodePort: %[7]d, protocol: UDP}
 ---
-`, benchNS, ctlPort, ctlPort, nodePortCtl, svcDataPort, npDataPort)
+`, sd.name("srv-b"), benchNS, ctlPort, ctlPort, nodePortCtl+sd.portShift, svcDataPort+sd.portShift, npDataPort+sd.portShift)
 }
 
 // scenario is where a netperf client runs and what it dials.
@@ -99,9 +101,10 @@ type scenario struct {
 	pair *scenario
 }
 
-func (k *kcluster) scenarios(ctx context.Context) ([]scenario, []scenario, error) {
+// scenarios are a side's pod scenarios and its node-to-node baseline.
+func (k *kcluster) scenarios(ctx context.Context, sd side) ([]scenario, []scenario, error) {
 	ip := func(pod string) (string, error) {
-		return k.kubectl(ctx, "-n", benchNS, "get", "pod", pod, "-o", "jsonpath={.status.podIP}")
+		return k.kubectl(ctx, "-n", benchNS, "get", "pod", sd.name(pod), "-o", "jsonpath={.status.podIP}")
 	}
 	a, err := ip("srv-a")
 	if err != nil {
@@ -111,7 +114,7 @@ func (k *kcluster) scenarios(ctx context.Context) ([]scenario, []scenario, error
 	if err != nil {
 		return nil, nil, err
 	}
-	cip, err := k.kubectl(ctx, "-n", benchNS, "get", "svc", "srv-b", "-o", "jsonpath={.spec.clusterIP}")
+	cip, err := k.kubectl(ctx, "-n", benchNS, "get", "svc", sd.name("srv-b"), "-o", "jsonpath={.spec.clusterIP}")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -119,12 +122,14 @@ func (k *kcluster) scenarios(ctx context.Context) ([]scenario, []scenario, error
 	if err != nil {
 		return nil, nil, err
 	}
-	base := []scenario{{name: "node-node", from: "host-a", host: nodes[worker2Node], ctl: hostCtlPort, data: hostDataPort}}
+	shift := sd.portShift
+	base := []scenario{{name: "node-node", from: sd.name("host-a"), host: nodes[sd.w2], ctl: hostCtlPort, data: hostDataPort}}
+	cli := sd.name("cli-a")
 	pods := []scenario{
-		{name: "pod-pod same node", from: "cli-a", host: a, ctl: ctlPort, data: dataPort, nodes: []string{workerNode}},
-		{name: "pod-pod across nodes", from: "cli-a", host: b, ctl: ctlPort, data: dataPort, nodes: []string{workerNode, worker2Node}, pair: &base[0]},
-		{name: "pod-ClusterIP-pod", from: "cli-a", host: cip, ctl: ctlPort, data: svcDataPort, nodes: []string{workerNode, worker2Node}},
-		{name: "outside-NodePort-pod", from: "host-cp", host: nodes[worker2Node], ctl: nodePortCtl, data: npDataPort, nodes: []string{cpNode, worker2Node}},
+		{name: "pod-pod same node", from: cli, host: a, ctl: ctlPort, data: dataPort + shift, nodes: []string{sd.w1}},
+		{name: "pod-pod across nodes", from: cli, host: b, ctl: ctlPort, data: dataPort + shift, nodes: []string{sd.w1, sd.w2}, pair: &base[0]},
+		{name: "pod-ClusterIP-pod", from: cli, host: cip, ctl: ctlPort, data: svcDataPort + shift, nodes: []string{sd.w1, sd.w2}},
+		{name: "outside-NodePort-pod", from: "host-cp", host: nodes[sd.w2], ctl: nodePortCtl + shift, data: npDataPort + shift, nodes: []string{cpNode, sd.w2}},
 	}
 	return pods, base, nil
 }
@@ -161,6 +166,12 @@ func parseNetperf(out string) (float64, error) {
 	return 0, fmt.Errorf("no THROUGHPUT figure in netperf output %q", out)
 }
 
+// planeRuns is a data plane and the scenarios it is measured in.
+type planeRuns struct {
+	plane string
+	scen  []scenario
+}
+
 // measure runs every test of every scenario o.runs times, in rounds: each
 // round runs every scenario and test once, so the runs of one figure are
 // minutes apart, not back to back. On a shared 2-CPU machine a burst of
@@ -170,46 +181,73 @@ func parseNetperf(out string) (float64, error) {
 // every nodenet run lay below every upstream run, each beside figures of
 // the same planes that did not move); spread over the rounds, a burst
 // costs one run of several figures, which the medians absorb.
+//
+// With two planes (both data planes on one cluster, -one-cluster), each
+// figure's run on one plane is followed by the same figure's run on the
+// other, the order swapped every round, so the two planes' runs of a
+// figure are seconds apart and whatever the machine does falls on both;
+// the first plane's results carry the second's runs (Result.Beside).
+// Every plane must have the same scenarios, in the same order.
 // Only figures with all their runs are returned.
-func (k *kcluster) measure(ctx context.Context, o options, plane string, scen []scenario) ([]report.Result, error) {
-	var figs []*figure
-	for _, s := range scen {
+func (k *kcluster) measure(ctx context.Context, o options, planes ...planeRuns) ([]report.Result, error) {
+	// groups[i][j] is the i-th scenario and test on plane j.
+	var groups [][]*figure
+	for si, s := range planes[0].scen {
 		for _, t := range netperfTests {
-			figs = append(figs, &figure{s: s, r: report.Result{Dataplane: plane, Scenario: s.name, Test: t.name, Unit: t.unit},
-				conntrack: counterTally{}, hostRouting: counterTally{}})
+			var g []*figure
+			for _, p := range planes {
+				if len(p.scen) != len(planes[0].scen) || p.scen[si].name != s.name {
+					return nil, fmt.Errorf("planes %s and %s have different scenarios", planes[0].plane, p.plane)
+				}
+				g = append(g, &figure{s: p.scen[si], r: report.Result{Dataplane: p.plane, Scenario: s.name, Test: t.name, Unit: t.unit},
+					conntrack: counterTally{}, hostRouting: counterTally{},
+					// What nodenet's host routing programs did with the
+					// runs' packets, on the client's and the server's nodes.
+					watchHostRouting: k.hostRouting == "ebpf" && strings.HasPrefix(p.plane, nodenetName+" ")})
+			}
+			groups = append(groups, g)
 		}
 	}
-	// What nodenet's host routing programs did with the runs' packets,
-	// on the client's and the server's nodes.
-	watchHostRouting := k.hostRouting == "ebpf" && strings.HasPrefix(plane, nodenetName+" ")
 	var err error
 rounds:
 	for i := 0; i < o.runs; i++ {
-		for _, f := range figs {
-			if err = k.runOnce(ctx, o, f, watchHostRouting); err != nil {
-				break rounds
+		for _, g := range groups {
+			for j := range g {
+				f := g[j]
+				if i%2 == 1 {
+					f = g[len(g)-1-j]
+				}
+				if err = k.runOnce(ctx, o, f); err != nil {
+					break rounds
+				}
 			}
 		}
 	}
 	var res []report.Result
-	for _, f := range figs {
-		if len(f.r.Values) < o.runs {
-			continue
+	for j, p := range planes {
+		for _, g := range groups {
+			f := g[j]
+			if len(f.r.Values) < o.runs {
+				continue
+			}
+			r := f.r
+			r.Conntrack = f.conntrack.lines(conntrackCounters)
+			r.HostRouting = f.hostRouting.lines(hostRoutingOutcomes)
+			if len(r.Conntrack) > 0 {
+				k.p.note("%-28s %-22s %-10s conntrack: %s", p.plane, r.Scenario, r.Test, strings.Join(r.Conntrack, "; "))
+			}
+			if len(r.HostRouting) > 0 {
+				k.p.note("%-28s %-22s %-10s host routing: %s", p.plane, r.Scenario, r.Test, strings.Join(r.HostRouting, "; "))
+			}
+			k.p.note("%-28s %-22s %-10s median %s %s (runs %v)", p.plane, r.Scenario, r.Test, strconv.FormatFloat(report.Median(r.Values), 'f', 1, 64), r.Unit, r.Values)
+			if len(r.Paired) > 0 {
+				k.p.note("%-28s %-22s %-10s %s beside each run: %v; median ratio %.0f%%", p.plane, r.Scenario, r.Test, f.s.pair.name, r.Paired, 100*r.PairedRatio())
+			}
+			if j == 0 && len(g) > 1 && len(g[1].r.Values) == o.runs {
+				r.Beside = &report.Alternate{Dataplane: g[1].r.Dataplane, Values: g[1].r.Values}
+			}
+			res = append(res, r)
 		}
-		r := f.r
-		r.Conntrack = f.conntrack.lines(conntrackCounters)
-		r.HostRouting = f.hostRouting.lines(hostRoutingOutcomes)
-		if len(r.Conntrack) > 0 {
-			k.p.note("%-28s %-22s %-10s conntrack: %s", plane, r.Scenario, r.Test, strings.Join(r.Conntrack, "; "))
-		}
-		if len(r.HostRouting) > 0 {
-			k.p.note("%-28s %-22s %-10s host routing: %s", plane, r.Scenario, r.Test, strings.Join(r.HostRouting, "; "))
-		}
-		k.p.note("%-28s %-22s %-10s median %s %s (runs %v)", plane, r.Scenario, r.Test, strconv.FormatFloat(report.Median(r.Values), 'f', 1, 64), r.Unit, r.Values)
-		if len(r.Paired) > 0 {
-			k.p.note("%-28s %-22s %-10s %s beside each run: %v; median ratio %.0f%%", plane, r.Scenario, r.Test, f.s.pair.name, r.Paired, 100*r.PairedRatio())
-		}
-		res = append(res, r)
 	}
 	return res, err
 }
@@ -219,12 +257,13 @@ type figure struct {
 	s                      scenario
 	r                      report.Result
 	conntrack, hostRouting counterTally
+	watchHostRouting       bool
 }
 
 // runOnce runs f's test once (and its pair's right after), watching the
 // counters its scenario's nodes keep: conntrack's for TCP_CRR, the host
-// routing programs' if watchHostRouting.
-func (k *kcluster) runOnce(ctx context.Context, o options, f *figure, watchHostRouting bool) error {
+// routing programs' if f.watchHostRouting.
+func (k *kcluster) runOnce(ctx context.Context, o options, f *figure) error {
 	run := func() error {
 		v, err := k.netperf(ctx, f.s, f.r.Test, o.seconds, o.cpuBind)
 		if err != nil {
@@ -241,7 +280,7 @@ func (k *kcluster) runOnce(ctx context.Context, o options, f *figure, watchHostR
 		f.r.Paired = append(f.r.Paired, pv)
 		return nil
 	}
-	if watchHostRouting && len(f.s.nodes) > 0 {
+	if f.watchHostRouting && len(f.s.nodes) > 0 {
 		inner := run
 		run = func() error { return f.hostRouting.watch(ctx, f.s.nodes, hostRoutingCounts, inner) }
 	}
@@ -257,8 +296,8 @@ func (k *kcluster) runOnce(ctx context.Context, o options, f *figure, watchHostR
 // the results and the report. Results measured before a failure are kept.
 func (k *kcluster) bench(ctx context.Context, o options, repo string) error {
 	data := report.Data{Date: time.Now().UTC().Format("2006-01-02 15:04 MST"),
-		Command: fmt.Sprintf("make bench-kind (go run ./bench/kind bench -backend %s -proxy-modes %s -upstream-modes %s -host-routing %s -runs %d -seconds %d%s -settle %s -settle-load %g -cpu-bind %s)",
-			strings.Join(o.backends, ","), strings.Join(o.modes, ","), upstreamModesArg(o.upstream), o.hostRouting, o.runs, o.seconds, servicesArg(o.services), o.settle, o.settleLoad, cpuBindArg(o.cpuBind)),
+		Command: fmt.Sprintf("make bench-kind (go run ./bench/kind bench -backend %s -proxy-modes %s -upstream-modes %s -host-routing %s -runs %d -seconds %d%s -settle %s -settle-load %g -cpu-bind %s%s)",
+			strings.Join(o.backends, ","), strings.Join(o.modes, ","), upstreamModesArg(o.upstream), o.hostRouting, o.runs, o.seconds, servicesArg(o.services), o.settle, o.settleLoad, cpuBindArg(o.cpuBind), oneClusterArg(o.oneCluster)),
 		Machine:  machine(),
 		Versions: versions(),
 		Services: o.services, HostRouting: o.hostRouting}
@@ -303,6 +342,9 @@ func (k *kcluster) bench(ctx context.Context, o options, repo string) error {
 // benchBackend measures one backend: nodenet's modes on a fresh cluster
 // (and the baseline there, if asked), then upstream's on another.
 func (k *kcluster) benchBackend(ctx context.Context, o options, repo, backend string, baseline bool, data *report.Data) error {
+	if o.oneCluster {
+		return k.benchOneCluster(ctx, o, repo, backend, baseline, data)
+	}
 	if err := k.benchPlane(ctx, o, repo, "nodenet", backend, o.modes, baseline, data); err != nil {
 		return err
 	}
@@ -324,14 +366,14 @@ func (k *kcluster) benchPlane(ctx context.Context, o options, repo, dp, backend 
 		return err
 	}
 	if err := k.p.step(ctx, "bench workload (netserver + iperf3 pods, NodePort Service)", func(ctx context.Context) error {
-		if err := k.apply(ctx, benchWorkload()); err != nil {
+		if err := k.apply(ctx, benchWorkload(wholeCluster)); err != nil {
 			return err
 		}
 		return k.waitPods(ctx, benchNS, "pod")
 	}); err != nil {
 		return err
 	}
-	pods, base, err := k.scenarios(ctx)
+	pods, base, err := k.scenarios(ctx, wholeCluster)
 	if err != nil {
 		return err
 	}
@@ -346,7 +388,7 @@ func (k *kcluster) benchPlane(ctx context.Context, o options, repo, dp, backend 
 		}
 		if err := k.p.step(ctx, "netperf: node-to-node baseline", func(ctx context.Context) error {
 			defer noteLoad(data, report.Baseline)()
-			r, err := k.measure(ctx, o, report.Baseline, base)
+			r, err := k.measure(ctx, o, planeRuns{report.Baseline, base})
 			data.Results = append(data.Results, r...)
 			return err
 		}); err != nil {
@@ -360,7 +402,7 @@ func (k *kcluster) benchPlane(ctx context.Context, o options, repo, dp, backend 
 			}
 		}
 		plane := planeName(dp, backend, m)
-		if err := k.checkTraffic(ctx, plane); err != nil {
+		if err := k.checkTraffic(ctx, plane, wholeCluster); err != nil {
 			return err
 		}
 		if o.services > 0 {
@@ -373,7 +415,7 @@ func (k *kcluster) benchPlane(ctx context.Context, o options, repo, dp, backend 
 		}
 		if err := k.p.step(ctx, "netperf: "+plane, func(ctx context.Context) error {
 			defer noteLoad(data, plane)()
-			r, err := k.measure(ctx, o, plane, pods)
+			r, err := k.measure(ctx, o, planeRuns{plane, pods})
 			data.Results = append(data.Results, r...)
 			return err
 		}); err != nil {
@@ -428,6 +470,13 @@ func servicesArg(n int) string {
 		return ""
 	}
 	return fmt.Sprintf(" -services %d", n)
+}
+
+func oneClusterArg(on bool) string {
+	if on {
+		return " -one-cluster"
+	}
+	return ""
 }
 
 func cpuBindArg(bind string) string {

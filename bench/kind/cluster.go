@@ -19,12 +19,12 @@ const (
 	serviceSubnet = "10.96.0.0/16"
 )
 
-// kindConfig is one control-plane and two workers, without kind's CNI
+// kindConfig is one control-plane and workers workers, without kind's CNI
 // and, when kubeProxyMode is "", without kube-proxy; otherwise kubeadm
 // deploys kube-proxy in that mode, as it does on any kubeadm cluster. No
 // DNS addon (no CoreDNS image here). kubelet 1.37 refuses a cgroup v1
 // host unless told.
-func kindConfig(kubeProxyMode string) string {
+func kindConfig(kubeProxyMode string, workers int) string {
 	mode, skip := "none", "[preflight, addon/kube-proxy, addon/coredns]"
 	if kubeProxyMode != "" {
 		mode, skip = kubeProxyMode, "[preflight, addon/coredns]"
@@ -38,8 +38,7 @@ networking:
   serviceSubnet: %s
 nodes:
 - role: control-plane
-- role: worker
-- role: worker
+%s
 kubeadmConfigPatches:
 - |
   kind: InitConfiguration
@@ -47,7 +46,7 @@ kubeadmConfigPatches:
 - |
   kind: KubeletConfiguration
   failCgroupV1: false
-`, mode, podSubnet, serviceSubnet, skip)
+`, mode, podSubnet, serviceSubnet, strings.TrimSuffix(strings.Repeat("- role: worker\n", workers), "\n"), skip)
 }
 
 // kcluster is a running kind cluster and the tools that reach it.
@@ -60,6 +59,9 @@ type kcluster struct {
 	// hostRouting is what nodenet's manifest passes to flanneld's
 	// --host-routing.
 	hostRouting string
+	// oneCluster: the cluster carries both data planes, each on its side
+	// (onecluster.go).
+	oneCluster bool
 }
 
 func newCluster(p *progress, b built, c cache) (*kcluster, error) {
@@ -103,10 +105,10 @@ func (k *kcluster) apply(ctx context.Context, manifest string) error {
 
 // create makes the cluster and waits for the API server (nodes stay
 // NotReady until a CNI runs).
-func (k *kcluster) create(ctx context.Context, kubeProxyMode string) error {
-	return k.p.step(ctx, "kind create cluster (1 control-plane, 2 workers)", func(ctx context.Context) error {
+func (k *kcluster) create(ctx context.Context, kubeProxyMode string, workers int) error {
+	return k.p.step(ctx, fmt.Sprintf("kind create cluster (1 control-plane, %d workers)", workers), func(ctx context.Context) error {
 		cfg := filepath.Join(k.c.root, "kind-config.yaml")
-		if err := os.WriteFile(cfg, []byte(kindConfig(kubeProxyMode)), 0o644); err != nil {
+		if err := os.WriteFile(cfg, []byte(kindConfig(kubeProxyMode, workers)), 0o644); err != nil {
 			return err
 		}
 		return k.kindCmd(ctx, "create", "cluster", "--name", clusterName, "--image", k.b.nodeImage,
@@ -153,15 +155,19 @@ func deleteCluster(ctx context.Context, p *progress, c cache, kindBin string) er
 	})
 }
 
-// waitReady waits until every node is Ready and the nodenet DaemonSet
-// has rolled out.
-func (k *kcluster) waitReady(ctx context.Context, ds string) error {
+// waitReady waits until the DaemonSet ds has rolled out and the nodes it
+// runs on are Ready: every node, or the side's if sd is set.
+func (k *kcluster) waitReady(ctx context.Context, ds string, sd *side) error {
 	return k.p.step(ctx, "wait for nodes Ready and "+ds+" rolled out", func(ctx context.Context) error {
 		ns, name, _ := strings.Cut(ds, "/")
 		if _, err := k.kubectl(ctx, "-n", ns, "rollout", "status", "daemonset/"+name, "--timeout=300s"); err != nil {
 			return err
 		}
-		_, err := k.kubectl(ctx, "wait", "--for=condition=Ready", "node", "--all", "--timeout=300s")
+		nodes := []string{"--all"}
+		if sd != nil {
+			nodes = []string{sd.w1, sd.w2}
+		}
+		_, err := k.kubectl(ctx, append([]string{"wait", "--for=condition=Ready", "node"}, append(nodes, "--timeout=300s")...)...)
 		return err
 	})
 }

@@ -126,7 +126,7 @@ func yamlDocs(t *testing.T, m string) []map[string]any {
 }
 
 func TestFlannelManifest(t *testing.T) {
-	docs := yamlDocs(t, flannelManifest("vxlan", "172.18.0.2", "6443"))
+	docs := yamlDocs(t, flannelManifest("vxlan", "172.18.0.2", "6443", nil))
 	kinds := map[string]map[string]any{}
 	for _, d := range docs {
 		kinds[d["kind"].(string)] = d
@@ -173,7 +173,7 @@ func TestBenchPortsPerPath(t *testing.T) {
 		seen[s.data] = s.name
 	}
 	var svc map[string]any
-	for _, d := range yamlDocs(t, benchWorkload()) {
+	for _, d := range yamlDocs(t, benchWorkload(wholeCluster)) {
 		if d["kind"] == "Service" {
 			svc = d
 		}
@@ -601,7 +601,7 @@ echo $n
 	base := scenario{name: "node-node", host: "B"}
 	scen := []scenario{{name: "same", host: "A"}, {name: "across", host: "X", pair: &base}}
 	o := options{runs: 2, seconds: 1}
-	res, err := k.measure(context.Background(), o, "plane", scen)
+	res, err := k.measure(context.Background(), o, planeRuns{"plane", scen})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -644,7 +644,7 @@ echo $n
 	if err := os.WriteFile(fail, []byte("15\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	res, err = k.measure(context.Background(), o, "plane", scen)
+	res, err = k.measure(context.Background(), o, planeRuns{"plane", scen})
 	if err == nil || !strings.Contains(err.Error(), "connection refused") {
 		t.Fatalf("err %v, want netperf's failure", err)
 	}
@@ -695,5 +695,156 @@ func TestSettleWait(t *testing.T) {
 	}
 	if l, err := procLoadAverage(); err != nil || l < 0 {
 		t.Errorf("procLoadAverage: %v, %v", l, err)
+	}
+}
+
+// Two planes: each figure's run on one plane is followed by the same
+// figure's run on the other, the order swapped every round; the first
+// plane's results carry the second's runs.
+func TestMeasureAlternatesPlanes(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "calls")
+	script := `#!/bin/sh
+n=$(($(wc -l < ` + log + ` 2>/dev/null || echo 0) + 1))
+host=""; test=""
+while [ $# -gt 0 ]; do
+  case "$1" in -H) host=$2; shift;; -t) test=$2; shift;; esac
+  shift
+done
+echo "$host $test" >> ` + log + `
+echo $n
+`
+	kubectl := filepath.Join(dir, "kubectl")
+	if err := os.WriteFile(kubectl, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	k := &kcluster{p: newProgress(&out), b: built{kubectl: kubectl}, kubeconfig: filepath.Join(dir, "kubeconfig")}
+	o := options{runs: 2, seconds: 1}
+	n := planeRuns{"nodenet host-gw ebpf", []scenario{{name: "same", host: "N"}}}
+	u := planeRuns{"upstream host-gw iptables", []scenario{{name: "same", host: "U"}}}
+	res, err := k.measure(context.Background(), o, n, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, order := range [][]string{{"N", "U"}, {"U", "N"}} {
+		for _, tt := range netperfTests {
+			for _, h := range order {
+				want = append(want, h+" "+tt.name)
+			}
+		}
+	}
+	if got := strings.Split(strings.TrimSpace(string(calls)), "\n"); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("netperf calls in order\n%s\nwant\n%s", calls, strings.Join(want, "\n"))
+	}
+	if len(res) != 2*len(netperfTests) || res[0].Dataplane != n.plane || res[len(netperfTests)].Dataplane != u.plane {
+		t.Fatalf("results %+v: want nodenet's figures, then upstream's", res)
+	}
+	// TCP_STREAM: calls 1 (N), 2 (U) in the first round; 9 (U), 10 (N)
+	// in the second.
+	if r := res[0]; fmt.Sprint(r.Values) != "[1 10]" || r.Beside == nil || r.Beside.Dataplane != u.plane || fmt.Sprint(r.Beside.Values) != "[2 9]" {
+		t.Errorf("nodenet TCP_STREAM runs %v beside %+v, want [1 10] beside upstream's [2 9]", r.Values, r.Beside)
+	}
+	if r := res[len(netperfTests)]; fmt.Sprint(r.Values) != "[2 9]" || r.Beside != nil {
+		t.Errorf("upstream TCP_STREAM %v beside %+v, want [2 9] and nothing beside", r.Values, r.Beside)
+	}
+	if _, err := k.measure(context.Background(), o, n, planeRuns{"other", []scenario{{name: "across"}}}); err == nil {
+		t.Error("planes with different scenarios were measured")
+	}
+}
+
+// The two sides of a cluster of both data planes fit in it: no two pods
+// or Services share a name, no two Services a NodePort, each side's pods
+// are on its own workers, and the control plane's client is there once.
+func TestSidesShareOneCluster(t *testing.T) {
+	for _, m := range []func(side) string{benchWorkload, checkWorkload} {
+		names := map[string]bool{}
+		nodePorts := map[any]bool{}
+		for _, sd := range []side{nodenetHalf, upstreamHalf} {
+			for _, d := range yamlDocs(t, m(sd)) {
+				kind := d["kind"].(string)
+				if kind == "Namespace" {
+					continue
+				}
+				name := kind + "/" + d["metadata"].(map[string]any)["name"].(string)
+				if names[name] {
+					t.Errorf("%s twice", name)
+				}
+				names[name] = true
+				spec := d["spec"].(map[string]any)
+				switch kind {
+				case "Pod":
+					node := spec["nodeName"]
+					if node != cpNode && node != sd.w1 && node != sd.w2 {
+						t.Errorf("%s of %s's side on %v", name, sd.dp, node)
+					}
+				case "Service":
+					for _, p := range spec["ports"].([]any) {
+						np := p.(map[string]any)["nodePort"]
+						key := fmt.Sprint(np, p.(map[string]any)["protocol"])
+						if np != nil && nodePorts[key] {
+							t.Errorf("NodePort %s twice", key)
+						}
+						nodePorts[key] = true
+					}
+				}
+			}
+		}
+		if n := len(names); n < 8 {
+			t.Errorf("%d objects: %v", n, names)
+		}
+	}
+	// flannel runs on upstream's side only when told.
+	docs := yamlDocs(t, flannelManifest("host-gw", "172.18.0.2", "6443", &upstreamHalf))
+	for _, d := range docs {
+		if d["kind"] == "DaemonSet" {
+			spec := d["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)
+			if sel := fmt.Sprint(spec["nodeSelector"]); sel != "map["+planeLabel+":upstream]" {
+				t.Errorf("flannel's nodeSelector %s", sel)
+			}
+		}
+	}
+	if strings.Contains(flannelManifest("host-gw", "172.18.0.2", "6443", nil), "nodeSelector") {
+		t.Error("flannel confined on a cluster of one data plane")
+	}
+	if got := strings.Count(kindConfig("iptables", 4), "- role: worker\n"); got != 4 {
+		t.Errorf("%d workers in the kind config, want 4", got)
+	}
+}
+
+func TestBesideMode(t *testing.T) {
+	for _, tc := range []struct {
+		mode     string
+		upstream []string
+		want     string
+	}{
+		{"nftables", []string{"iptables", "nftables"}, "nftables"},
+		{"ebpf", []string{"nftables", "iptables"}, "iptables"},
+		{"ebpf", []string{"nftables"}, "nftables"},
+	} {
+		if got := besideMode(tc.mode, tc.upstream); got != tc.want {
+			t.Errorf("besideMode(%s, %v) = %s, want %s", tc.mode, tc.upstream, got, tc.want)
+		}
+	}
+}
+
+func TestParseOneCluster(t *testing.T) {
+	o, err := parseArgs([]string{"bench", "-one-cluster", "-backend", "host-gw"}, io.Discard)
+	if err != nil || !o.oneCluster || len(o.upstream) == 0 {
+		t.Fatalf("%+v, %v", o, err)
+	}
+	for _, args := range [][]string{
+		{"up", "-one-cluster"},
+		{"bench", "-one-cluster", "-upstream-modes", "none"},
+		{"bench", "-one-cluster", "-services", "100"},
+	} {
+		if _, err := parseArgs(args, io.Discard); err == nil || !strings.Contains(err.Error(), "-one-cluster") {
+			t.Errorf("%v: %v, want an error naming -one-cluster", args, err)
+		}
 	}
 }

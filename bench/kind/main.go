@@ -44,6 +44,9 @@ type options struct {
 	// cpuBind is netperf's -T "client,server": the CPUs the client and
 	// the netserver it talks to are bound to ("" = not bound).
 	cpuBind string
+	// oneCluster: bench both data planes on one cluster, alternated run
+	// by run (onecluster.go).
+	oneCluster bool
 }
 
 var commands = map[string]string{
@@ -88,8 +91,12 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&o.settle, "settle", 3*time.Minute, "bench: before each data plane, wait up to this long for the machine's 1-minute load average to fall to -settle-load (0: do not wait)")
 	fs.Float64Var(&o.settleLoad, "settle-load", 1.5, "bench: the 1-minute load average -settle waits for")
 	cpuBind := fs.String("cpu-bind", defaultCPUBind(runtime.NumCPU()), "bench: netperf -T client,server: the CPUs every netperf client and its netserver are bound to, the same in every scenario and data plane (the scheduler otherwise puts them on one CPU in some runs and on two in others, the largest part of a request/response figure's spread), or none")
+	fs.BoolVar(&o.oneCluster, "one-cluster", false, "bench: both data planes on one cluster of four workers, nodenet on two and upstream flannel + kube-proxy on the other two, each figure's runs alternated between them run by run (nodenet's first -upstream-modes mode, or iptables if listed, beside nodenet modes kube-proxy lacks)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return o, err
+	}
+	if o.oneCluster && (o.cmd != "bench" || *upModes == "none") {
+		return o, errors.New("-one-cluster: bench only, with -upstream-modes")
 	}
 	if o.settle < 0 || o.settleLoad <= 0 {
 		return o, errors.New("-settle must not be negative and -settle-load must be positive")
@@ -132,6 +139,9 @@ func parseArgs(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.services < 0 || o.services > maxFillers {
 		return o, fmt.Errorf("-services %d: between 0 and %d (the Service network's addresses)", o.services, maxFillers)
+	}
+	if o.oneCluster && o.services > 0 {
+		return o, errors.New("-one-cluster with -services: not measured that way (the filler Services' endpoint is the first layout's echo pod); run them apart")
 	}
 	return o, nil
 }
@@ -238,6 +248,7 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	k.hostRouting = o.hostRouting
+	k.oneCluster = o.oneCluster
 	if o.cmd == "bench" {
 		return k.bench(ctx, o, repo)
 	}
@@ -253,41 +264,26 @@ func (k *kcluster) bringUp(ctx context.Context, repo, dp, backend string, modes 
 	}
 	var notes []string
 	if dp == upstreamName {
-		if err := k.create(ctx, modes[0]); err != nil {
+		if err := k.create(ctx, modes[0], 2); err != nil {
 			return nil, nil, err
 		}
-		if err := k.deployUpstream(ctx, repo, backend); err != nil {
+		if err := k.deployUpstream(ctx, repo, backend, nil); err != nil {
 			return nil, nil, err
 		}
 	} else {
-		if err := k.create(ctx, ""); err != nil {
+		if err := k.create(ctx, "", 2); err != nil {
 			return nil, nil, err
 		}
-		var runnable []string
-		for _, m := range modes {
-			if check := k.modeCheck(m); check != nil {
-				why, err := check(ctx)
-				if err != nil {
-					return nil, nil, err
-				}
-				if why != "" {
-					k.p.note("SKIP proxy mode %s: %s", m, why)
-					notes = append(notes, fmt.Sprintf("nodenet %s %s not run: %s", backend, m, why))
-					continue
-				}
-			}
-			runnable = append(runnable, m)
+		var err error
+		if modes, notes, err = k.runnableModes(ctx, backend, modes); err != nil {
+			return nil, notes, err
 		}
-		if len(runnable) == 0 {
-			return nil, notes, fmt.Errorf("no proxy mode of %v can run here: %s", modes, strings.Join(notes, "; "))
-		}
-		modes = runnable
-		if err := k.deployNodenet(ctx, repo, backend, modes[0]); err != nil {
+		if err := k.deployNodenet(ctx, repo, backend, modes[0], nil); err != nil {
 			return nil, nil, err
 		}
 	}
 	if err := k.p.step(ctx, "check workload (echo pods, NodePort Service)", func(ctx context.Context) error {
-		if err := k.apply(ctx, checkWorkload()); err != nil {
+		if err := k.apply(ctx, checkWorkload(wholeCluster)); err != nil {
 			return err
 		}
 		return k.waitPods(ctx, checkNS, "pod")
@@ -295,6 +291,30 @@ func (k *kcluster) bringUp(ctx context.Context, repo, dp, backend string, modes 
 		return nil, nil, err
 	}
 	return modes, notes, nil
+}
+
+// runnableModes are the nodenet modes of modes the nodes can run, in
+// order, with a note for each one skipped; an error if none can.
+func (k *kcluster) runnableModes(ctx context.Context, backend string, modes []string) ([]string, []string, error) {
+	var runnable, notes []string
+	for _, m := range modes {
+		if check := k.modeCheck(m); check != nil {
+			why, err := check(ctx)
+			if err != nil {
+				return nil, nil, err
+			}
+			if why != "" {
+				k.p.note("SKIP proxy mode %s: %s", m, why)
+				notes = append(notes, fmt.Sprintf("nodenet %s %s not run: %s", backend, m, why))
+				continue
+			}
+		}
+		runnable = append(runnable, m)
+	}
+	if len(runnable) == 0 {
+		return nil, notes, fmt.Errorf("no proxy mode of %v can run here: %s", modes, strings.Join(notes, "; "))
+	}
+	return runnable, notes, nil
 }
 
 // switchMode moves the data plane dp to another proxy mode.
@@ -322,7 +342,7 @@ func (k *kcluster) up(ctx context.Context, o options, repo string) error {
 				return err
 			}
 		}
-		if err := k.checkTraffic(ctx, planeName(o.dataplane, o.backends[0], m)); err != nil {
+		if err := k.checkTraffic(ctx, planeName(o.dataplane, o.backends[0], m), wholeCluster); err != nil {
 			return err
 		}
 	}
@@ -334,8 +354,9 @@ func (k *kcluster) up(ctx context.Context, o options, repo string) error {
 }
 
 // deployNodenet loads bin/nodenet-image.tar and applies the manifest
-// `nodenet manifest` renders for the backend and mode.
-func (k *kcluster) deployNodenet(ctx context.Context, repo, backend, mode string) error {
+// `nodenet manifest` renders for the backend and mode; on a side's nodes
+// only if sd is set (the manifest's --node-selector).
+func (k *kcluster) deployNodenet(ctx context.Context, repo, backend, mode string, sd *side) error {
 	if err := k.load(ctx, filepath.Join(repo, "bin", "nodenet-image.tar")); err != nil {
 		return err
 	}
@@ -349,8 +370,12 @@ func (k *kcluster) deployNodenet(ctx context.Context, repo, backend, mode string
 		if err != nil || nodes[cpNode] == "" {
 			return fmt.Errorf("control-plane address: %v", err)
 		}
-		out, err := exec.CommandContext(ctx, filepath.Join(repo, "bin", "nodenet"), "manifest", "--backend", backend, "--proxy-mode", mode,
-			"--host-routing", k.hostRouting, "--api-server", net.JoinHostPort(nodes[cpNode], "6443")).Output()
+		args := []string{"manifest", "--backend", backend, "--proxy-mode", mode,
+			"--host-routing", k.hostRouting, "--api-server", net.JoinHostPort(nodes[cpNode], "6443")}
+		if sd != nil {
+			args = append(args, "--node-selector", planeLabel+"="+sd.dp)
+		}
+		out, err := exec.CommandContext(ctx, filepath.Join(repo, "bin", "nodenet"), args...).Output()
 		if err != nil {
 			return fmt.Errorf("nodenet manifest (make build first): %w", err)
 		}
@@ -359,5 +384,5 @@ func (k *kcluster) deployNodenet(ctx context.Context, repo, backend, mode string
 	}); err != nil {
 		return err
 	}
-	return k.waitReady(ctx, "nodenet-system/nodenet")
+	return k.waitReady(ctx, "nodenet-system/nodenet", sd)
 }

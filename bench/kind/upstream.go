@@ -138,8 +138,15 @@ const flannelCNIConf = `{"name": "cbr0", "cniVersion": "0.3.1", "plugins": [{"ty
 // address, as for nodenet's daemons, because the nodes' blackhole route
 // for the Service network (nodenet-node-init) makes the in-cluster
 // address unreachable from the host network before a Service proxy runs.
-func flannelManifest(backend, apiHost, apiPort string) string {
+//
+// On a cluster of both data planes, sd names the side whose nodes it runs
+// on (a nodeSelector on the plane label); nil runs it everywhere.
+func flannelManifest(backend, apiHost, apiPort string, sd *side) string {
 	indent := func(s string) string { return "    " + s }
+	selector := ""
+	if sd != nil {
+		selector = fmt.Sprintf("\n      nodeSelector: {%s: %s}", planeLabel, sd.dp)
+	}
 	return namespace(flannelNS) + fmt.Sprintf(`apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata:
@@ -203,7 +210,7 @@ spec:
       priorityClassName: system-node-critical
       tolerations:
       - {operator: Exists, effect: NoSchedule}
-      serviceAccountName: flannel
+      serviceAccountName: flannel%[9]s
       initContainers:
       - name: install-cni-plugin
         image: %[4]s
@@ -252,14 +259,15 @@ spec:
       - {name: flannel-cfg, configMap: {name: kube-flannel-cfg}}
       - {name: xtables-lock, hostPath: {path: /run/xtables.lock, type: FileOrCreate}}
 ---
-`, flannelNS, indent(flannelCNIConf), indent(flannelNetConf(backend)), flannelImageRef, flannelCNIBin, flanneldPath, apiHost, apiPort)
+`, flannelNS, indent(flannelCNIConf), indent(flannelNetConf(backend)), flannelImageRef, flannelCNIBin, flanneldPath, apiHost, apiPort, selector)
 }
 
 // deployUpstream loads the upstream images (and nodenet's, which the
 // check workload runs) into the cluster kubeadm made with kube-proxy,
 // restarts kube-proxy on the image that carries its userland, and applies
-// the flannel manifest.
-func (k *kcluster) deployUpstream(ctx context.Context, repo, backend string) error {
+// the flannel manifest; on a side's nodes only if sd is set (kube-proxy's
+// DaemonSet was confined to them by then: confineKubeProxy).
+func (k *kcluster) deployUpstream(ctx context.Context, repo, backend string, sd *side) error {
 	dir := filepath.Join(k.c.root, "upstream-images")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -293,11 +301,11 @@ func (k *kcluster) deployUpstream(ctx context.Context, repo, backend string) err
 		if err != nil || nodes[cpNode] == "" {
 			return fmt.Errorf("control-plane address: %v", err)
 		}
-		return k.apply(ctx, flannelManifest(backend, nodes[cpNode], "6443"))
+		return k.apply(ctx, flannelManifest(backend, nodes[cpNode], "6443", sd))
 	}); err != nil {
 		return err
 	}
-	return k.waitReady(ctx, flannelDS)
+	return k.waitReady(ctx, flannelDS, sd)
 }
 
 var kubeProxyModeLine = regexp.MustCompile(`(?m)^mode: .*$`)
@@ -362,7 +370,11 @@ func (k *kcluster) kubeProxyLeftovers(ctx context.Context, mode string) error {
 	if mode == "iptables" {
 		probe = "nft list table ip kube-proxy >/dev/null 2>&1 && echo 1 || echo 0"
 	}
-	for _, node := range []string{cpNode, workerNode, worker2Node} {
+	nodes := []string{cpNode, workerNode, worker2Node}
+	if k.oneCluster {
+		nodes = []string{upstreamHalf.w1, upstreamHalf.w2}
+	}
+	for _, node := range nodes {
 		out, err := d.run(ctx, "exec", node, "sh", "-c", probe)
 		if err != nil {
 			return err

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/labels"
+
 	"github.com/nodenet/nodenet/daemonset/manifest"
 	"github.com/nodenet/nodenet/flanneld"
 	"github.com/nodenet/nodenet/internal/atomicfile"
@@ -31,12 +33,20 @@ func runManifest(_ context.Context, args []string) error {
 	fs.StringVar(&o.Image, "image", o.Image, "the nodenet image (make image builds it)")
 	fs.StringVar(&o.APIServer, "api-server", "", "HOST:PORT the daemons reach the API server at (needed where nodenet's proxy replaces kube-proxy: the kubernetes Service's ClusterIP needs a running proxy); default: in-cluster config")
 	fs.StringVar(&o.Namespace, "namespace", o.Namespace, "namespace of the DaemonSet, its ServiceAccount and ConfigMap")
+	nodeSelector := fs.String("node-selector", "", "key=value[,key=value]: run nodenet only on the nodes with these labels (the others keep their CNI and proxy, as while a cluster moves to nodenet node by node); default every node")
 	cleanup := fs.Bool("cleanup", false, "print the uninstall manifest instead: a DaemonSet running `nodenet cleanup` on every node (apply it after deleting nodenet.yaml)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected arguments %v", fs.Args())
+	}
+	if *nodeSelector != "" {
+		set, err := labels.ConvertSelectorToLabelsMap(*nodeSelector)
+		if err != nil {
+			return fmt.Errorf("--node-selector %q: %w", *nodeSelector, err)
+		}
+		o.NodeSelector = set
 	}
 	// A DaemonSet whose proxy cannot start is no use: only the modes
 	// this build carries (the manifest package knows every defined one).

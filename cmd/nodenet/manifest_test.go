@@ -85,3 +85,14 @@ func TestManifestNodePortAddresses(t *testing.T) {
 		t.Fatalf("String() = %q", s)
 	}
 }
+
+// TestManifestNodeSelector: a malformed --node-selector is refused, naming
+// the flag.
+func TestManifestNodeSelector(t *testing.T) {
+	if err := runManifest(t.Context(), []string{"--node-selector", "plane"}); err == nil || !strings.Contains(err.Error(), "--node-selector") {
+		t.Fatalf("a selector without a value: %v", err)
+	}
+	if err := runManifest(t.Context(), []string{"--node-selector", "plane=a b"}); err == nil {
+		t.Fatal("a label value with a space rendered")
+	}
+}

@@ -60,7 +60,9 @@ func cleanupDaemonSet(o Options) *appsv1.DaemonSet {
 					DNSPolicy:   corev1.DNSClusterFirstWithHostNet,
 					// It talks to no API: no token to mount.
 					AutomountServiceAccountToken: &automount,
-					Tolerations:                  []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
+					// The nodes nodenet ran on, and no others.
+					NodeSelector: o.NodeSelector,
+					Tolerations:  []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 					Containers: []corev1.Container{{
 						Name: "cleanup", Image: o.Image, ImagePullPolicy: corev1.PullIfNotPresent,
 						// --stay: a DaemonSet's pod must not exit; a

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"slices"
@@ -51,6 +52,11 @@ type Options struct {
 	// only a running proxy translates: on a cluster where nodenet's proxy
 	// replaces kube-proxy, the proxy cannot depend on itself to start.
 	APIServer string
+	// NodeSelector, when set, confines the DaemonSet (and the cleanup
+	// DaemonSet) to the nodes with these labels: nodenet on some nodes of
+	// a cluster while others keep another CNI and proxy, as when a
+	// cluster moves to nodenet node by node.
+	NodeSelector map[string]string
 }
 
 // Defaults are the checked-in daemonset/nodenet.yaml's options.
@@ -122,6 +128,14 @@ func (o Options) Validate() error {
 	}
 	if !slices.Contains(app.KnownModes, o.ProxyMode) {
 		return fmt.Errorf("proxy mode %q: want one of %v", o.ProxyMode, app.KnownModes)
+	}
+	for _, k := range slices.Sorted(maps.Keys(o.NodeSelector)) {
+		if errs := validation.IsQualifiedName(k); len(errs) > 0 {
+			return fmt.Errorf("node selector key %q: %s", k, strings.Join(errs, "; "))
+		}
+		if errs := validation.IsValidLabelValue(o.NodeSelector[k]); len(errs) > 0 {
+			return fmt.Errorf("node selector %s=%q: %s", k, o.NodeSelector[k], strings.Join(errs, "; "))
+		}
 	}
 	switch o.HostRouting {
 	case "", flanneld.HostRoutingKernel, flanneld.HostRoutingEBPF:
@@ -338,6 +352,7 @@ func daemonSet(o Options, labels map[string]string) *appsv1.DaemonSet {
 					DNSPolicy:          corev1.DNSClusterFirstWithHostNet,
 					PriorityClassName:  "system-node-critical",
 					ServiceAccountName: Name,
+					NodeSelector:       o.NodeSelector,
 					Tolerations:        []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
 					InitContainers: []corev1.Container{{
 						Name: "install-cni", Image: o.Image, ImagePullPolicy: corev1.PullIfNotPresent,

@@ -3,6 +3,7 @@ package manifest
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"slices"
@@ -261,6 +262,8 @@ func TestValidateRejects(t *testing.T) {
 		{func(o *Options) { o.APIServer = "10.0.0.1" }, `API server "10.0.0.1": want host:port`},
 		{func(o *Options) { o.APIServer = "10.0.0.1:0" }, `port "0"`},
 		{func(o *Options) { o.HostRouting = "xdp" }, `host routing "xdp"`},
+		{func(o *Options) { o.NodeSelector = map[string]string{"bad key": "x"} }, `node selector key "bad key"`},
+		{func(o *Options) { o.NodeSelector = map[string]string{"plane": "a b"} }, `node selector plane="a b"`},
 	} {
 		o := Defaults()
 		tc.mutate(&o)
@@ -296,5 +299,23 @@ func TestAPIServerEnv(t *testing.T) {
 				t.Errorf("default manifest sets %s on %s", e.Name, c.Name)
 			}
 		}
+	}
+}
+
+// TestNodeSelector: the DaemonSet and its cleanup counterpart run on the
+// selected nodes only; without a selector, on every node.
+func TestNodeSelector(t *testing.T) {
+	o := Defaults()
+	o.NodeSelector = map[string]string{"example.com/plane": "nodenet"}
+	ds := decodeStrict(t, must(Render(o)), 6).ds
+	if got := ds.Spec.Template.Spec.NodeSelector; !maps.Equal(got, o.NodeSelector) {
+		t.Errorf("DaemonSet nodeSelector %v, want %v", got, o.NodeSelector)
+	}
+	cleanup := must(RenderCleanup(o))
+	if !strings.Contains(string(cleanup), "nodeSelector:\n        example.com/plane: nodenet\n") {
+		t.Errorf("cleanup manifest lacks the node selector:\n%s", cleanup)
+	}
+	if def := decodeStrict(t, must(Render(Defaults())), 6).ds; def.Spec.Template.Spec.NodeSelector != nil {
+		t.Errorf("default manifest selects nodes: %v", def.Spec.Template.Spec.NodeSelector)
 	}
 }

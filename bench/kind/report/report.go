@@ -38,6 +38,17 @@ type Result struct {
 	// Run numbers the bench runs a file holds (bench -add): 0 for the
 	// first. Figures are compared only within one run.
 	Run int `json:"run,omitempty"`
+	// Beside, on a cluster of both data planes (bench -one-cluster), is
+	// the other data plane's runs of this scenario and test, each taken
+	// right before or after the run of Values with the same index: the
+	// comparison no drift of the machine between planes can tilt.
+	Beside *Alternate `json:"beside,omitempty"`
+}
+
+// Alternate is another data plane's runs, alternated with a result's.
+type Alternate struct {
+	Dataplane string    `json:"dataplane"`
+	Values    []float64 `json:"values"`
 }
 
 // Data is a results file: what ran, where, with which versions.
@@ -130,6 +141,17 @@ func Spread(v []float64) float64 {
 	return (hi - lo) / m
 }
 
+// alternated says whether any result's runs were alternated with another
+// data plane's on one cluster.
+func (d Data) alternated() bool {
+	for _, r := range d.Results {
+		if r.Beside != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // baseline is the baseline's median per test.
 func (d Data) baseline() map[string]float64 {
 	b := map[string]float64{}
@@ -178,6 +200,9 @@ func Markdown(d Data, chartFiles map[string]string) string {
 		"ebpf":   ": pod-to-pod packets between nodes are forwarded by TCX programs on the pod veths and the uplinks, past netfilter (routes/hostrouting); upstream flannel forwards through the kernel's routing and netfilter",
 		"kernel": ": the kernel's routing and netfilter forward pod-to-pod packets, as upstream flannel does",
 	}[d.HostRoutingOrKernel()])
+	if d.alternated() {
+		b.WriteString("**Both data planes ran on one cluster** (bench -one-cluster): nodenet's DaemonSet on two workers, upstream flannel and kube-proxy on two others, the control plane running neither (the outside client of both NodePort scenarios); each side has the same pods and scenarios on its own pair of workers, and every run of a figure on one side was followed by the same figure's run on the other, the order swapped every round. Where a nodenet mode has no kube-proxy counterpart (ebpf), kube-proxy ran iptables beside it; those runs are judged in the targets but the tables show kube-proxy's first plane of that mode.\n\n")
+	}
 	if d.Services > 0 {
 		fmt.Fprintf(&b, "Every cluster carried **%d more ClusterIP Services** (one ready endpoint each) beside the benchmark's, programmed before each data plane was measured: a large cluster's scale, where a proxy's per-connection lookup shows.\n\n", d.Services)
 	}

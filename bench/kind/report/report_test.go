@@ -208,3 +208,39 @@ func TestSharePercentNeverRoundsUpToTheLimit(t *testing.T) {
 		}
 	}
 }
+
+// On one cluster of both data planes, a nodenet figure is judged against
+// the upstream runs alternated with its own (Beside), not against the
+// upstream plane's column, which may come from another alternation (kube-
+// proxy iptables beside nodenet iptables, then again beside ebpf).
+func TestAlternatedRunsJudgedSideBySide(t *testing.T) {
+	alt := func(plane, test string, v []float64, beside string, bv ...float64) Result {
+		r := Result{Dataplane: plane, Scenario: "pod-ClusterIP-pod", Test: test, Unit: "trans/s", Values: v}
+		if beside != "" {
+			r.Beside = &Alternate{Dataplane: beside, Values: bv}
+		}
+		return r
+	}
+	d := Data{Results: []Result{
+		alt("nodenet host-gw iptables", "TCP_RR", []float64{97, 98, 103}, "upstream host-gw iptables", 98, 99, 101),
+		alt("nodenet host-gw ebpf", "TCP_CRR", []float64{900, 910, 905}, "upstream host-gw iptables", 600, 580, 590),
+		alt("nodenet host-gw ebpf", "TCP_RR", []float64{120, 120, 120}, "upstream host-gw iptables", 110, 110, 110),
+		alt("upstream host-gw iptables", "TCP_RR", []float64{98, 99, 101}, ""),
+		// The column's own TCP_CRR (beside nodenet iptables, not shown
+		// here) is far from what ran beside ebpf.
+		alt("upstream host-gw iptables", "TCP_CRR", []float64{300, 300, 300}, ""),
+	}}
+	out := Targets(d)
+	for _, want := range []string{
+		"1 of the comparisons on one cluster of both data planes, their runs alternated; **not met**: 0 of 1",
+		"nodenet host-gw iptables pod-ClusterIP-pod TCP_RR: 99% of upstream (ranges overlap); at or above the upstream run beside it in 1 of 3 alternations",
+		"host-gw: 1.53× (905 vs 590 trans/s, runs alternated on one cluster): met",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("lacks %q:\n%s", want, out)
+		}
+	}
+	if md := Markdown(d, nil); !strings.Contains(md, "**Both data planes ran on one cluster**") {
+		t.Error("the report does not say the planes shared a cluster")
+	}
+}
