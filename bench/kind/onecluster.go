@@ -159,9 +159,11 @@ func (k *kcluster) confineKubeProxy(ctx context.Context) error {
 }
 
 // kubeProxyRulesProbe prints how many kube-proxy chains and tables a node
-// holds: iptables chains named KUBE-* in any table, and nftables tables
-// named kube-proxy (nodenet's own are NODENET-* and nodenet).
-const kubeProxyRulesProbe = `{ iptables-save; ip6tables-save; } 2>/dev/null | grep -c '^:KUBE-' || true; nft list tables 2>/dev/null | grep -c ' kube-proxy$' || true`
+// holds: iptables chains only kube-proxy makes (the kubelet's own
+// KUBE-KUBELET-CANARY and KUBE-FIREWALL are not counted), in any table
+// of either family, and nftables tables named kube-proxy (nodenet's own
+// are NODENET-* and nodenet).
+const kubeProxyRulesProbe = `{ iptables-save; ip6tables-save; } 2>/dev/null | grep -cE '^:KUBE-(SERVICES|NODEPORTS|EXTERNAL-SERVICES|FORWARD|PROXY-|SVC-|SEP-|EXT-|FW-|SVL-)' || true; nft list tables 2>/dev/null | grep -c ' kube-proxy$' || true`
 
 // noKubeProxyRules fails if any of nodes holds kube-proxy's chains or
 // tables: on nodenet's side they would be a second proxy's rules in the
