@@ -383,15 +383,7 @@ func (k *kcluster) benchPlane(ctx context.Context, o options, repo, dp, backend 
 		}
 	}
 	if baseline {
-		if err := k.settle(ctx, o, report.Baseline, data); err != nil {
-			return err
-		}
-		if err := k.p.step(ctx, "netperf: node-to-node baseline", func(ctx context.Context) error {
-			defer noteLoad(data, report.Baseline)()
-			r, err := k.measure(ctx, o, planeRuns{report.Baseline, base})
-			data.Results = append(data.Results, r...)
-			return err
-		}); err != nil {
+		if err := k.measureStep(ctx, o, report.Baseline, data, planeRuns{report.Baseline, base}); err != nil {
 			return err
 		}
 	}
@@ -410,19 +402,37 @@ func (k *kcluster) benchPlane(ctx context.Context, o options, repo, dp, backend 
 				return err
 			}
 		}
-		if err := k.settle(ctx, o, plane, data); err != nil {
-			return err
-		}
-		if err := k.p.step(ctx, "netperf: "+plane, func(ctx context.Context) error {
-			defer noteLoad(data, plane)()
-			r, err := k.measure(ctx, o, planeRuns{plane, pods})
-			data.Results = append(data.Results, r...)
-			return err
-		}); err != nil {
+		if err := k.measureStep(ctx, o, plane, data, planeRuns{plane, pods}); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// measureStep waits for the machine to settle, then measures the planes
+// (measure, label naming them in the progress and the notes) and adds
+// their results to data, but none of a data plane data already has
+// results of: kube-proxy iptables measured a second time beside nodenet's
+// ebpf on one cluster stays in that result's Beside, not as a second
+// column of the report.
+func (k *kcluster) measureStep(ctx context.Context, o options, label string, data *report.Data, planes ...planeRuns) error {
+	if err := k.settle(ctx, o, label, data); err != nil {
+		return err
+	}
+	return k.p.step(ctx, "netperf: "+label, func(ctx context.Context) error {
+		defer noteLoad(data, label)()
+		had := map[string]bool{}
+		for _, h := range data.Results {
+			had[h.Dataplane] = true
+		}
+		r, err := k.measure(ctx, o, planes...)
+		for _, x := range r {
+			if !had[x.Dataplane] {
+				data.Results = append(data.Results, x)
+			}
+		}
+		return err
+	})
 }
 
 // settle waits for the machine to go quiet before plane is measured

@@ -572,15 +572,14 @@ func TestCounterTally(t *testing.T) {
 	}
 }
 
-// measure runs in rounds: every figure once per round, so no figure's
-// runs are back to back; a pair runs right after each run of its
-// scenario; a failure keeps only the figures whose runs all finished.
-func TestMeasureRunsInRounds(t *testing.T) {
+// fakeNetperfCluster is a cluster whose kubectl is a script that logs the
+// host and test of each netperf to the file log and prints a figure: the
+// number of the call. It fails from the call numbered in the file fail
+// on, if that file exists.
+func fakeNetperfCluster(t *testing.T) (k *kcluster, log, fail string) {
 	dir := t.TempDir()
-	log := filepath.Join(dir, "calls")
-	fail := filepath.Join(dir, "fail-after")
-	// A kubectl that logs the host and test of each netperf and prints
-	// a figure; it fails from the call numbered in fail-after on.
+	log = filepath.Join(dir, "calls")
+	fail = filepath.Join(dir, "fail-after")
 	script := `#!/bin/sh
 n=$(($(wc -l < ` + log + ` 2>/dev/null || echo 0) + 1))
 host=""; test=""
@@ -596,8 +595,14 @@ echo $n
 	if err := os.WriteFile(kubectl, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	var out strings.Builder
-	k := &kcluster{p: newProgress(&out), b: built{kubectl: kubectl}, kubeconfig: filepath.Join(dir, "kubeconfig")}
+	return &kcluster{p: newProgress(io.Discard), b: built{kubectl: kubectl}, kubeconfig: filepath.Join(dir, "kubeconfig")}, log, fail
+}
+
+// measure runs in rounds: every figure once per round, so no figure's
+// runs are back to back; a pair runs right after each run of its
+// scenario; a failure keeps only the figures whose runs all finished.
+func TestMeasureRunsInRounds(t *testing.T) {
+	k, log, fail := fakeNetperfCluster(t)
 	base := scenario{name: "node-node", host: "B"}
 	scen := []scenario{{name: "same", host: "A"}, {name: "across", host: "X", pair: &base}}
 	o := options{runs: 2, seconds: 1}
@@ -702,24 +707,7 @@ func TestSettleWait(t *testing.T) {
 // figure's run on the other, the order swapped every round; the first
 // plane's results carry the second's runs.
 func TestMeasureAlternatesPlanes(t *testing.T) {
-	dir := t.TempDir()
-	log := filepath.Join(dir, "calls")
-	script := `#!/bin/sh
-n=$(($(wc -l < ` + log + ` 2>/dev/null || echo 0) + 1))
-host=""; test=""
-while [ $# -gt 0 ]; do
-  case "$1" in -H) host=$2; shift;; -t) test=$2; shift;; esac
-  shift
-done
-echo "$host $test" >> ` + log + `
-echo $n
-`
-	kubectl := filepath.Join(dir, "kubectl")
-	if err := os.WriteFile(kubectl, []byte(script), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	k := &kcluster{p: newProgress(&out), b: built{kubectl: kubectl}, kubeconfig: filepath.Join(dir, "kubeconfig")}
+	k, log, _ := fakeNetperfCluster(t)
 	o := options{runs: 2, seconds: 1}
 	n := planeRuns{"nodenet host-gw ebpf", []scenario{{name: "same", host: "N"}}}
 	u := planeRuns{"upstream host-gw iptables", []scenario{{name: "same", host: "U"}}}

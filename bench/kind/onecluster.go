@@ -214,15 +214,7 @@ func (k *kcluster) benchOneCluster(ctx context.Context, o options, repo, backend
 		return err
 	}
 	if baseline {
-		if err := k.settle(ctx, o, report.Baseline, data); err != nil {
-			return err
-		}
-		if err := k.p.step(ctx, "netperf: node-to-node baseline", func(ctx context.Context) error {
-			defer noteLoad(data, report.Baseline)()
-			r, err := k.measure(ctx, o, planeRuns{report.Baseline, nBase})
-			data.Results = append(data.Results, r...)
-			return err
-		}); err != nil {
+		if err := k.measureStep(ctx, o, report.Baseline, data, planeRuns{report.Baseline, nBase}); err != nil {
 			return err
 		}
 	}
@@ -245,35 +237,9 @@ func (k *kcluster) benchOneCluster(ctx context.Context, o options, repo, backend
 		if err := k.checkTraffic(ctx, up, upstreamHalf); err != nil {
 			return err
 		}
-		both := np + " alternated with " + up
-		if err := k.settle(ctx, o, both, data); err != nil {
-			return err
-		}
-		if err := k.p.step(ctx, "netperf: "+both, func(ctx context.Context) error {
-			defer noteLoad(data, both)()
-			r, err := k.measure(ctx, o, planeRuns{np, nPods}, planeRuns{up, uPods})
-			data.Results = append(data.Results, keepFirst(data.Results, r)...)
-			return err
-		}); err != nil {
+		if err := k.measureStep(ctx, o, np+" alternated with "+up, data, planeRuns{np, nPods}, planeRuns{up, uPods}); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// keepFirst is the results of r whose data plane has no results in have
-// yet: kube-proxy iptables measured a second time beside nodenet's ebpf
-// stays in that result's Beside, not as a second column of the report.
-func keepFirst(have, r []report.Result) []report.Result {
-	seen := map[string]bool{}
-	for _, h := range have {
-		seen[h.Dataplane] = true
-	}
-	var out []report.Result
-	for _, x := range r {
-		if !seen[x.Dataplane] {
-			out = append(out, x)
-		}
-	}
-	return out
 }
