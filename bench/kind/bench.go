@@ -203,7 +203,7 @@ func (k *kcluster) measure(ctx context.Context, o options, planes ...planeRuns) 
 					conntrack: counterTally{}, hostRouting: counterTally{},
 					// What nodenet's host routing programs did with the
 					// runs' packets, on the client's and the server's nodes.
-					watchHostRouting: k.hostRouting == "ebpf" && strings.HasPrefix(p.plane, nodenetName+" ")})
+					hostRoutingNodes: k.hostRoutingNodes(p.plane, p.scen[si].nodes)})
 			}
 			groups = append(groups, g)
 		}
@@ -257,12 +257,31 @@ type figure struct {
 	s                      scenario
 	r                      report.Result
 	conntrack, hostRouting counterTally
-	watchHostRouting       bool
+	// hostRoutingNodes are the nodes whose host routing counters are
+	// read around each run.
+	hostRoutingNodes []string
+}
+
+// hostRoutingNodes are the nodes of a scenario whose host routing
+// programs a plane's figures are watched on: on nodenet's planes with
+// --host-routing=ebpf, those of the scenario's nodes that run nodenet
+// (on a cluster of both data planes, not the control plane).
+func (k *kcluster) hostRoutingNodes(plane string, nodes []string) []string {
+	if k.hostRouting != "ebpf" || !strings.HasPrefix(plane, nodenetName+" ") {
+		return nil
+	}
+	var out []string
+	for _, n := range nodes {
+		if !k.oneCluster || n == nodenetHalf.w1 || n == nodenetHalf.w2 {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // runOnce runs f's test once (and its pair's right after), watching the
 // counters its scenario's nodes keep: conntrack's for TCP_CRR, the host
-// routing programs' if f.watchHostRouting.
+// routing programs' on f.hostRoutingNodes.
 func (k *kcluster) runOnce(ctx context.Context, o options, f *figure) error {
 	run := func() error {
 		v, err := k.netperf(ctx, f.s, f.r.Test, o.seconds, o.cpuBind)
@@ -280,9 +299,9 @@ func (k *kcluster) runOnce(ctx context.Context, o options, f *figure) error {
 		f.r.Paired = append(f.r.Paired, pv)
 		return nil
 	}
-	if f.watchHostRouting && len(f.s.nodes) > 0 {
+	if len(f.hostRoutingNodes) > 0 {
 		inner := run
-		run = func() error { return f.hostRouting.watch(ctx, f.s.nodes, hostRoutingCounts, inner) }
+		run = func() error { return f.hostRouting.watch(ctx, f.hostRoutingNodes, hostRoutingCounts, inner) }
 	}
 	if f.r.Test == "TCP_CRR" && len(f.s.nodes) > 0 {
 		inner := run

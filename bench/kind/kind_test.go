@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -834,5 +835,27 @@ func TestParseOneCluster(t *testing.T) {
 		if _, err := parseArgs(args, io.Discard); err == nil || !strings.Contains(err.Error(), "-one-cluster") {
 			t.Errorf("%v: %v, want an error naming -one-cluster", args, err)
 		}
+	}
+}
+
+// Host routing counters are read on the nodes that run nodenet: not on
+// upstream's planes, not with kernel routing, and on a cluster of both
+// data planes not on the control plane (which runs neither).
+func TestHostRoutingNodes(t *testing.T) {
+	nodes := []string{cpNode, workerNode}
+	k := &kcluster{hostRouting: "ebpf"}
+	if got := k.hostRoutingNodes("nodenet host-gw iptables", nodes); !slices.Equal(got, nodes) {
+		t.Errorf("one data plane: %v", got)
+	}
+	if got := k.hostRoutingNodes("upstream host-gw iptables", nodes); got != nil {
+		t.Errorf("upstream: %v", got)
+	}
+	k.oneCluster = true
+	if got := k.hostRoutingNodes("nodenet host-gw iptables", nodes); !slices.Equal(got, []string{workerNode}) {
+		t.Errorf("both data planes: %v", got)
+	}
+	k.hostRouting = "kernel"
+	if got := k.hostRoutingNodes("nodenet host-gw iptables", nodes); got != nil {
+		t.Errorf("kernel routing: %v", got)
 	}
 }
