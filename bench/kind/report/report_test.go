@@ -232,7 +232,7 @@ func TestAlternatedRunsJudgedSideBySide(t *testing.T) {
 	}}
 	out := Targets(d)
 	for _, want := range []string{
-		"1 of the comparisons on one cluster of both data planes, their runs alternated; **not met**: 0 of 1",
+		"1 of 1 comparisons of figures measured on one cluster of both data planes, their runs alternated; **not met**: 0 of 1",
 		"nodenet host-gw iptables pod-ClusterIP-pod TCP_RR: 99% of upstream (ranges overlap); at or above the upstream run beside it in 1 of 3 alternations",
 		"host-gw: 1.53× (905 vs 590 trans/s, runs alternated on one cluster): met",
 	} {

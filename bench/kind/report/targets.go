@@ -86,7 +86,7 @@ func Targets(d Data) string {
 		}
 	}
 	if alternated > 0 {
-		fmt.Fprintf(&b, " %d of the comparisons on one cluster of both data planes, their runs alternated;", alternated)
+		fmt.Fprintf(&b, " %d of %d comparisons of figures measured on one cluster of both data planes, their runs alternated;", alternated, total)
 	}
 	if otherRun > 0 {
 		fmt.Fprintf(&b, " (%d pairs not compared: measured in different runs)", otherRun)
