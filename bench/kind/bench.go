@@ -373,6 +373,20 @@ func (k *kcluster) benchBackend(ctx context.Context, o options, repo, backend st
 	return k.benchPlane(ctx, o, repo, upstreamName, backend, o.upstream, false, data)
 }
 
+// deployBench loads the bench image into the nodes, applies the bench
+// workload manifest and waits for its pods.
+func (k *kcluster) deployBench(ctx context.Context, label, manifest string) error {
+	if err := k.load(ctx, k.b.benchImage); err != nil {
+		return err
+	}
+	return k.p.step(ctx, label, func(ctx context.Context) error {
+		if err := k.apply(ctx, manifest); err != nil {
+			return err
+		}
+		return k.waitPods(ctx, benchNS, "pod")
+	})
+}
+
 // benchPlane brings up a cluster with the data plane dp and measures each
 // of its modes, checking traffic before each.
 func (k *kcluster) benchPlane(ctx context.Context, o options, repo, dp, backend string, modes []string, baseline bool, data *report.Data) error {
@@ -381,15 +395,7 @@ func (k *kcluster) benchPlane(ctx context.Context, o options, repo, dp, backend 
 	if err != nil {
 		return err
 	}
-	if err := k.load(ctx, k.b.benchImage); err != nil {
-		return err
-	}
-	if err := k.p.step(ctx, "bench workload (netserver + iperf3 pods, NodePort Service)", func(ctx context.Context) error {
-		if err := k.apply(ctx, benchWorkload(wholeCluster)); err != nil {
-			return err
-		}
-		return k.waitPods(ctx, benchNS, "pod")
-	}); err != nil {
+	if err := k.deployBench(ctx, "bench workload (netserver + iperf3 pods, NodePort Service)", benchWorkload(wholeCluster)); err != nil {
 		return err
 	}
 	pods, base, err := k.scenarios(ctx, wholeCluster)

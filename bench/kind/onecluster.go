@@ -194,15 +194,7 @@ func (k *kcluster) benchOneCluster(ctx context.Context, o options, repo, backend
 	if err != nil {
 		return err
 	}
-	if err := k.load(ctx, k.b.benchImage); err != nil {
-		return err
-	}
-	if err := k.p.step(ctx, "bench workloads of both sides (netserver + iperf3 pods, NodePort Services)", func(ctx context.Context) error {
-		if err := k.apply(ctx, benchWorkload(nodenetHalf)+benchWorkload(upstreamHalf)); err != nil {
-			return err
-		}
-		return k.waitPods(ctx, benchNS, "pod")
-	}); err != nil {
+	if err := k.deployBench(ctx, "bench workloads of both sides (netserver + iperf3 pods, NodePort Services)", benchWorkload(nodenetHalf)+benchWorkload(upstreamHalf)); err != nil {
 		return err
 	}
 	nPods, nBase, err := k.scenarios(ctx, nodenetHalf)

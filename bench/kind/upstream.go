@@ -282,7 +282,11 @@ func (k *kcluster) deployUpstream(ctx context.Context, repo, backend string, sd 
 	}
 	// nodenet's image too: not for the data plane, for the check
 	// workload's echo pods (nodenet echo), the same in both data planes.
-	for _, a := range append(archives, filepath.Join(repo, "bin", "nodenet-image.tar")) {
+	// On a cluster of both (sd set), deployNodenet loaded it already.
+	if sd == nil {
+		archives = append(archives, filepath.Join(repo, "bin", "nodenet-image.tar"))
+	}
+	for _, a := range archives {
 		if err := k.load(ctx, a); err != nil {
 			return err
 		}
